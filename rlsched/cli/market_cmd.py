@@ -1,0 +1,126 @@
+"""``rlsched market``: convert public market data to canonical CSVs, and inspect them."""
+
+from __future__ import annotations
+
+import statistics
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rlsched.cli.app import market_app
+from rlsched.errors import RlschedError
+from rlsched.market.canonical import (
+    PriceRow,
+    read_availability,
+    read_prices,
+    write_availability,
+    write_prices,
+)
+from rlsched.market.sources import ConversionMeta, convert_aws, convert_azure, convert_gcp
+
+
+class Source(str, Enum):
+    """Raw data families ``convert`` understands."""
+
+    gcp = "gcp"
+    aws = "aws"
+    azure = "azure"
+
+
+@market_app.command("convert")
+def convert(
+    source: Annotated[Source, typer.Option("--source", help="Which raw format the inputs are in.")],
+    inputs: Annotated[list[Path], typer.Option("--input", help="Raw file (repeatable).", exists=True,
+                                               dir_okay=False)],
+    out_prices: Annotated[Path, typer.Option("--out-prices", help="Canonical price CSV to write.")],
+    out_availability: Annotated[Path | None, typer.Option(
+        "--out-availability", help="Canonical availability CSV (0 nodes while spot was not offered).")] = None,
+    region: Annotated[str | None, typer.Option(
+        "--region", help="Region to keep; 'all' keeps every region; default: one typical region per model.")] = None,
+    start: Annotated[str | None, typer.Option("--start", help="Window start (YYYY-MM-DD or ISO); time_s=0 here.")]
+    = None,
+    end: Annotated[str | None, typer.Option("--end", help="Window end (exclusive).")] = None,
+) -> None:
+    """Convert GCP / AWS / Azure price data into the canonical price CSV."""
+    paths = [str(p) for p in inputs]
+    rows: list[PriceRow]
+    meta: ConversionMeta
+    if source is Source.gcp:
+        rows, meta = convert_gcp(paths, region=region, start=start, end=end)
+    elif source is Source.aws:
+        rows, meta = convert_aws(paths, region=region, start=start, end=end)
+    else:
+        rows, meta = convert_azure(paths, region=region, start=start, end=end)
+    if not rows:
+        raise RlschedError(f"no prices left after filtering (region={region!r}, start={start}, end={end})")
+    n = write_prices(out_prices, rows)
+    extra = ""
+    if out_availability is not None:
+        k = write_availability(out_availability, meta.availability)
+        extra = f", {k} availability rows -> {out_availability}"
+    models = ", ".join(f"{m}@{'/'.join(r)}" for m, r in sorted(meta.regions.items()) if r)
+    span_d = (meta.end - meta.start).total_seconds() / 86400.0
+    typer.echo(f"{source.value}: {n} price rows -> {out_prices} ({models}; {meta.start:%Y-%m-%d}+{span_d:.1f} d)"
+               f"{extra}")
+
+
+@market_app.command("show")
+def show(
+    file: Annotated[Path, typer.Argument(help="Canonical price or availability CSV.", exists=True, dir_okay=False)],
+    plot: Annotated[Path | None, typer.Option("--plot", help="Also plot the series to this PNG.")] = None,
+) -> None:
+    """Print per-key min/median/max of a canonical market file (and optionally plot it)."""
+    with open(file, encoding="utf-8-sig") as fh:
+        header = fh.readline()
+    is_avail = "available_nodes" in header
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    if is_avail:
+        atab = read_availability(file)
+        for ar in atab.rows:
+            key = f"{ar.gpu_model} {ar.region or '-'}"
+            series.setdefault(key, ([], []))
+            series[key][0].append(ar.time_s)
+            series[key][1].append(float(ar.available_nodes))
+        unit, title = "nodes", f"spot availability: {file}"
+    else:
+        ptab = read_prices(file)
+        for pr in ptab.rows:
+            key = f"{pr.gpu_model} {pr.capacity} {pr.region or '-'}"
+            series.setdefault(key, ([], []))
+            series[key][0].append(pr.time_s)
+            series[key][1].append(pr.usd_per_gpu_hour)
+        unit, title = "USD/GPU-h", f"prices: {file}"
+    table = Table(title=title)
+    for col in ("key", "rows", "span (d)", f"min {unit}", f"median {unit}", f"max {unit}"):
+        table.add_column(col, justify="left" if col == "key" else "right")
+    for key, (ts, vs) in sorted(series.items()):
+        table.add_row(key, str(len(vs)), f"{(max(ts) - min(ts)) / 86400:.1f}", f"{min(vs):.4g}",
+                      f"{statistics.median(vs):.4g}", f"{max(vs):.4g}")
+    Console().print(table)
+    if plot is not None:
+        _plot(series, unit, title, plot)
+        typer.echo(f"plot -> {plot}")
+
+
+def _plot(series: dict[str, tuple[list[float], list[float]]], unit: str, title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for key, (ts, vs) in sorted(series.items()):
+        days = [t / 86400.0 for t in ts]
+        ax.step(days, vs, where="post", label=key, marker="." if len(days) == 1 else None)
+    ax.set_xlabel("days from series start")
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.legend(fontsize="small", ncol=2)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,52 @@
+"""Duration estimates: what a scheduler may know about how long a job will run.
+
+Real schedulers do not know true durations. Following Tiresias and Lucid, the
+estimate is learnt online from jobs that already finished: the geometric mean of
+recent durations of the same user and GPU-count class, falling back to the user,
+then to everyone, then to a one-hour prior. ``oracle=True`` returns the true
+duration and exists only as a labelled upper bound for comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlsched.cluster.job import Job
+
+_PRIOR_S = 3600.0
+
+
+def _gpu_class(job: Job) -> int:
+    if job.fractional:
+        return 0
+    return min(int(math.log2(max(job.num_gpus, 1))) + 1, 6)
+
+
+class DurationEstimator:
+    """Online estimator of job durations from completed jobs (exponentially weighted)."""
+
+    __slots__ = ("_stats", "alpha", "oracle")
+
+    def __init__(self, *, oracle: bool = False, alpha: float = 0.2) -> None:
+        self.oracle = oracle
+        self.alpha = alpha
+        # key -> (ewma of log duration, observations)
+        self._stats: dict[tuple[str, int] | str, tuple[float, int]] = {}
+
+    def observe(self, job: Job, duration: float) -> None:
+        """Learn from a completed job's actual run time."""
+        x = math.log(max(duration, 1.0))
+        for key in ((job.user, _gpu_class(job)), job.user, "*"):
+            mean, n = self._stats.get(key, (x, 0))
+            a = max(self.alpha, 1.0 / (n + 1))
+            self._stats[key] = (mean + a * (x - mean), n + 1)
+
+    def estimate(self, job: Job) -> float:
+        """Expected duration of ``job`` in seconds."""
+        if self.oracle:
+            return job.duration
+        for key in ((job.user, _gpu_class(job)), job.user, "*"):
+            st = self._stats.get(key)
+            if st is not None:
+                return math.exp(st[0])
+        return _PRIOR_S

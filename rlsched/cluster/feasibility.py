@@ -1,0 +1,389 @@
+"""The ONE module that decides which placements and MIG layouts are legal.
+
+The simulator's engine, the Gymnasium action mask, every heuristic and the live
+runtime ask this module; nothing else encodes the rules. The rules:
+
+* A job may only run on a model it allows (``gpu_models``; empty = any).
+* Only preemptible jobs may run on spot capacity (``shared/data/FORMAT.md``).
+* Exclusive pools: ``n`` whole idle GPUs, on one node when ``n`` fits a node,
+  otherwise a gang over several nodes of the pool (fewest nodes first).
+* Time-sliced pools: one replica on each of ``n`` GPUs of a node; a GPU serves at
+  most ``replicas`` jobs, and the jobs on it share its speed equally.
+* MIG pools: a fractional request takes a free instance of the smallest profile
+  whose compute share covers ``gpu_milli`` (its placement is legal by
+  construction of the layout); a whole-GPU request needs a free 7g instance; more
+  than one GPU cannot be served by MIG instances and is infeasible there.
+* A GPU under MIG reconfiguration, unhealthy, or on a node that is not ready
+  accepts nothing; CPU and memory are checked when the node declares them.
+* A MIG layout is legal when its instances can be placed at legal start positions
+  without overlapping memory slices, use at most 7 compute slices, and respect
+  each profile's maximum count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from math import ceil
+
+from rlsched.cluster.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GpuModel, MigProfile
+from rlsched.cluster.job import Job
+from rlsched.cluster.model import ClusterState, Node, Placement, Pool, PoolKind, PoolSpec, Sharing
+
+# --- MIG layouts ---------------------------------------------------------------------
+
+
+def pack_layout(model: GpuModel, names: Iterable[str]) -> list[tuple[MigProfile, int]] | None:
+    """Place the named instances on one GPU of ``model``, or None if impossible.
+
+    Returns ``(profile, start)`` pairs sorted by start. Search is exhaustive
+    (at most 7 instances), so a None answer means the layout is truly illegal.
+    """
+    return _pack(model, tuple(sorted(names)))
+
+
+@lru_cache(maxsize=4096)
+def _pack(model: GpuModel, names: tuple[str, ...]) -> list[tuple[MigProfile, int]] | None:
+    try:
+        profiles = [model.profile(n) for n in names]
+    except Exception:
+        return None
+    if not profiles:
+        return []
+    if sum(p.compute_slices for p in profiles) > MIG_COMPUTE_SLICES:
+        return None
+    counts: dict[str, int] = {}
+    for p in profiles:
+        counts[p.name] = counts.get(p.name, 0) + 1
+        if counts[p.name] > p.max_count:
+            return None
+    # Largest first keeps the search tiny; starts are tried in ascending order.
+    order = sorted(profiles, key=lambda p: (-p.memory_slices, -p.compute_slices, p.name))
+    used = [False] * MIG_MEMORY_SLICES
+    chosen: list[tuple[MigProfile, int]] = []
+
+    def place(i: int) -> bool:
+        if i == len(order):
+            return True
+        prof = order[i]
+        for start in prof.starts:
+            span = range(start, start + prof.memory_slices)
+            if span.stop > MIG_MEMORY_SLICES or any(used[s] for s in span):
+                continue
+            for s in span:
+                used[s] = True
+            chosen.append((prof, start))
+            if place(i + 1):
+                return True
+            chosen.pop()
+            for s in span:
+                used[s] = False
+        return False
+
+    if not place(0):
+        return None
+    return sorted(chosen, key=lambda ps: ps[1])
+
+
+def legal_layout(model: GpuModel, names: Sequence[str]) -> bool:
+    """True if the instances ``names`` fit together on one GPU of ``model``."""
+    return model.mig_capable and pack_layout(model, names) is not None
+
+
+def named_layouts(model: GpuModel) -> dict[str, tuple[str, ...]]:
+    """The standard layouts of a MIG-capable model, as mig-parted names them.
+
+    ``all-1g`` .. ``all-7g`` fill the GPU with one profile; ``balanced`` is
+    mig-parted's ``all-balanced`` (2x1g + 2g + 3g); ``mixed-4-3`` pairs a 4g with a 3g.
+    These are the reconfiguration targets a policy chooses between.
+    """
+    if not model.mig_capable:
+        return {}
+    by_g = {}
+    for p in model.mig_profiles:
+        if "+me" in p.name:
+            continue
+        by_g.setdefault(p.compute_slices, p)  # first = smallest memory for that g
+    one, two, three, four, seven = by_g[1], by_g[2], by_g[3], by_g[4], by_g[7]
+    return {
+        "all-1g": (one.name,) * one.max_count,
+        "all-2g": (two.name,) * two.max_count + (one.name,),
+        "all-3g": (three.name,) * three.max_count,
+        "balanced": (one.name, one.name, two.name, three.name),
+        "mixed-4-3": (four.name, three.name),
+        "all-7g": (seven.name,),
+    }
+
+
+def resolve_layout(model: GpuModel, layout: str | Sequence[str]) -> tuple[str, ...]:
+    """A layout given by name (``balanced``) or as profile names, checked legal."""
+    from rlsched.errors import ClusterSpecError
+
+    if isinstance(layout, str):
+        named = named_layouts(model)
+        if layout in named:
+            return named[layout]
+        names: tuple[str, ...] = tuple(x for x in layout.replace("+", ",").split(",") if x)
+    else:
+        names = tuple(layout)
+    if not model.mig_capable:
+        raise ClusterSpecError(f"{model.name} does not support MIG")
+    for n in names:
+        model.profile(n)
+    if pack_layout(model, names) is None:
+        raise ClusterSpecError(
+            f"MIG layout {'+'.join(names)} does not fit on one {model.name} "
+            f"(7 compute slices, 8 memory slices, per-profile maxima and placements)"
+        )
+    return names
+
+
+@lru_cache(maxsize=1024)
+def profile_for(model: GpuModel, num_gpus: int, gpu_milli: int) -> MigProfile | None:
+    """The smallest MIG profile serving a request on ``model`` (None if none can).
+
+    A fraction needs ``ceil(milli * 7 / 1000)`` compute slices (with 1% tolerance,
+    so 143 milli -> 1g, 250 -> 2g); among profiles with enough compute the one with
+    least memory wins. A whole GPU needs the 7g profile.
+    """
+    if not model.mig_capable or num_gpus != 1:
+        return None
+    need = MIG_COMPUTE_SLICES if gpu_milli >= 1000 else max(1, ceil(gpu_milli * MIG_COMPUTE_SLICES / 1000 - 0.01))
+    fitting = [p for p in model.mig_profiles if p.compute_slices >= need and "+me" not in p.name]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices))
+
+
+# --- jobs vs pools -------------------------------------------------------------------
+
+
+def model_allowed(job: Job, model: GpuModel) -> bool:
+    return not job.gpu_models or model.name in job.gpu_models
+
+
+def pool_allows(job: Job, spec: PoolSpec) -> bool:
+    """Model and capacity-kind admission: allowed GPU model, and spot only if preemptible."""
+    if job.gpu_models and spec.model.name not in job.gpu_models:
+        return False
+    return job.preemptible or spec.kind is not PoolKind.SPOT
+
+
+def fits_pool_spec(job: Job, spec: PoolSpec) -> bool:
+    """Could the job ever run in this pool, at its largest size, with MIG layouts free to change?"""
+    if job.num_gpus <= 0 or not pool_allows(job, spec):
+        return False
+    if spec.cpus_per_node and job.cpus > spec.cpus_per_node:
+        return False
+    if spec.mem_mib_per_node and job.mem_mib > spec.mem_mib_per_node:
+        return False
+    if spec.sharing is Sharing.MIG:
+        return profile_for(spec.model, job.num_gpus, job.gpu_milli) is not None
+    if job.num_gpus <= spec.gpus_per_node:
+        return spec.max_nodes >= 1
+    return job.num_gpus <= spec.max_nodes * spec.gpus_per_node
+
+
+def fits_cluster(job: Job, pools: Iterable[PoolSpec]) -> bool:
+    """True if some pool could ever run the job."""
+    return any(fits_pool_spec(job, p) for p in pools)
+
+
+def unschedulable_reason(job: Job, pools: Sequence[PoolSpec]) -> str:
+    """Why a job that fits no pool cannot run, for reports and ``status``."""
+    if job.num_gpus <= 0:
+        return "asks for no GPU"
+    allowed = [p for p in pools if pool_allows(job, p)]
+    if not allowed:
+        if not any(model_allowed(job, p.model) for p in pools):
+            return f"no pool has an allowed GPU model ({'|'.join(sorted(job.gpu_models))})"
+        return "only spot pools have its GPU model and it is not preemptible"
+    biggest = max(p.max_nodes * p.gpus_per_node for p in allowed)
+    if job.num_gpus > biggest:
+        return f"asks for {job.num_gpus} GPUs; the largest allowed pool has {biggest}"
+    return "no pool can hold its request (MIG profile, CPU or memory)"
+
+
+def _node_has_host(node: Node, job: Job) -> bool:
+    if node.cpus and job.cpus > node.free_cpus + 1e-9:
+        return False
+    if node.mem_mib and job.mem_mib > node.free_mem:
+        return False
+    return True
+
+
+def _gpu_open(gpu_busy_until: float, healthy: bool, now: float) -> bool:
+    return healthy and gpu_busy_until <= now
+
+
+def node_candidates(node: Node, job: Job, now: float) -> list[Placement]:
+    """Legal placements of ``job`` on one ready node (one per distinct choice)."""
+    spec_sharing = node.gpus[0].sharing if node.gpus else Sharing.EXCLUSIVE
+    if not node.ready or not _node_has_host(node, job):
+        return []
+    out: list[Placement] = []
+    if spec_sharing is Sharing.MIG:
+        prof = profile_for(node.gpus[0].model, job.num_gpus, job.gpu_milli)
+        if prof is None:
+            return []
+        for gpu in node.gpus:
+            if not _gpu_open(gpu.busy_until, gpu.healthy, now):
+                continue
+            for s in gpu.slices:
+                if s.holder is None and s.profile is prof:
+                    out.append(Placement(node.pool, ((node.id, gpu.index),), s.start))
+                    break
+        return out
+    n = job.num_gpus
+    if spec_sharing is Sharing.EXCLUSIVE:
+        if node.free_whole < n:
+            return []
+        free = [g.index for g in node.gpus if not g.holders and _gpu_open(g.busy_until, g.healthy, now)]
+        if len(free) < n:
+            return []
+        return [Placement(node.pool, tuple((node.id, i) for i in free[:n]))]
+    # time-slicing: least-shared GPUs first, one replica each
+    open_gpus = sorted(
+        (g for g in node.gpus if len(g.holders) < g.replicas and _gpu_open(g.busy_until, g.healthy, now)),
+        key=lambda g: (len(g.holders), g.index),
+    )
+    if len(open_gpus) < n:
+        return []
+    return [Placement(node.pool, tuple((node.id, g.index) for g in open_gpus[:n]))]
+
+
+def gang_candidate(pool: Pool, job: Job, now: float) -> Placement | None:
+    """A multi-node placement of whole GPUs for a job larger than one node."""
+    if pool.spec.sharing is Sharing.MIG:
+        return None
+    nodes = sorted(
+        (nd for nd in pool.nodes.values() if nd.ready and nd.free_whole > 0 and _node_has_host(nd, job)),
+        key=lambda nd: -nd.free_whole,
+    )
+    picked: list[tuple[str, int]] = []
+    for nd in nodes:
+        for g in nd.gpus:
+            if not g.holders and _gpu_open(g.busy_until, g.healthy, now):
+                picked.append((nd.id, g.index))
+                if len(picked) == job.num_gpus:
+                    return Placement(pool.name, tuple(picked))
+    return None
+
+
+def pool_candidates(pool: Pool, job: Job, now: float, *, first: bool = False) -> list[Placement]:
+    """Every distinct legal placement of ``job`` in ``pool`` right now.
+
+    With ``first=True`` the scan stops at the first legal placement (first-fit).
+    """
+    spec = pool.spec
+    if job.num_gpus <= 0 or not pool_allows(job, spec):
+        return []
+    if job.num_gpus > spec.gpus_per_node:
+        gang = gang_candidate(pool, job, now)
+        return [gang] if gang else []
+    n = job.num_gpus
+    exclusive = spec.sharing is Sharing.EXCLUSIVE
+    out: list[Placement] = []
+    for node in pool.nodes.values():
+        if exclusive and node.free_whole < n:
+            continue
+        found = node_candidates(node, job, now)
+        if found:
+            out.extend(found)
+            if first:
+                return out[:1]
+    return out
+
+
+def candidates(state: ClusterState, job: Job) -> list[Placement]:
+    """Every distinct legal placement of ``job`` in the whole cluster right now."""
+    out: list[Placement] = []
+    for pool in state.pools.values():
+        out.extend(pool_candidates(pool, job, state.time))
+    return out
+
+
+def check_placement(state: ClusterState, job: Job, placement: Placement) -> str | None:
+    """None if ``placement`` is legal for ``job`` now, else the reason it is not.
+
+    This is the gate every decision passes before it takes effect, whoever made it.
+    """
+    pool = state.pools.get(placement.pool)
+    if pool is None:
+        return f"unknown pool {placement.pool!r}"
+    spec = pool.spec
+    if job.num_gpus <= 0:
+        return "job asks for no GPU"
+    if not pool_allows(job, spec):
+        if not model_allowed(job, spec.model):
+            return f"job does not allow {spec.model.name}"
+        return "a job that is not preemptible cannot run on spot capacity"
+    if len(set(placement.gpus)) != len(placement.gpus):
+        return "placement names a GPU twice"
+    nodes = set()
+    for node_id, gi in placement.gpus:
+        node = state.nodes.get(node_id)
+        if node is None or node.pool != pool.name:
+            return f"node {node_id} is not in pool {pool.name}"
+        if not node.ready:
+            return f"node {node_id} is {node.status.value}"
+        if not 0 <= gi < len(node.gpus):
+            return f"node {node_id} has no GPU {gi}"
+        gpu = node.gpus[gi]
+        if not _gpu_open(gpu.busy_until, gpu.healthy, state.time):
+            return f"GPU {node_id}/{gi} is reconfiguring or unhealthy"
+        nodes.add(node_id)
+    if spec.sharing is Sharing.MIG:
+        prof = profile_for(spec.model, job.num_gpus, job.gpu_milli)
+        if prof is None:
+            return f"no MIG profile of {spec.model.name} serves {job.num_gpus} GPU(s) x {job.gpu_milli} milli"
+        if len(placement.gpus) != 1 or placement.slice_start is None:
+            return "a MIG placement names exactly one GPU and one instance"
+        node_id, gi = placement.gpus[0]
+        gpu = state.nodes[node_id].gpus[gi]
+        for s in gpu.slices:
+            if s.start == placement.slice_start:
+                if s.profile is not prof:
+                    return f"instance at slice {s.start} is {s.profile.name}, job needs {prof.name}"
+                if s.holder is not None:
+                    return f"instance {s.profile.name}@{s.start} on {node_id}/{gi} is held by {s.holder}"
+                break
+        else:
+            return f"GPU {node_id}/{gi} has no instance starting at slice {placement.slice_start}"
+    else:
+        if placement.slice_start is not None:
+            return "pool does not use MIG"
+        if len(placement.gpus) != job.num_gpus:
+            return f"job needs {job.num_gpus} GPUs, placement gives {len(placement.gpus)}"
+        if job.num_gpus <= spec.gpus_per_node and len(nodes) != 1:
+            return "a job that fits one node must run on one node"
+        for node_id, gi in placement.gpus:
+            gpu = state.nodes[node_id].gpus[gi]
+            limit = gpu.replicas if spec.sharing is Sharing.TIMESLICE else 1
+            if len(gpu.holders) >= limit:
+                return f"GPU {node_id}/{gi} is full"
+    first = state.nodes[placement.gpus[0][0]]
+    if not _node_has_host(first, job):
+        return f"node {first.id} lacks CPU or memory"
+    return None
+
+
+def reconfigure_check(state: ClusterState, node_id: str, gpu_index: int, layout: Sequence[str]) -> str | None:
+    """None if GPU ``node_id/gpu_index`` may be reconfigured to ``layout`` now."""
+    node = state.nodes.get(node_id)
+    if node is None or not node.ready:
+        return f"node {node_id} is not ready"
+    if not 0 <= gpu_index < len(node.gpus):
+        return f"node {node_id} has no GPU {gpu_index}"
+    gpu = node.gpus[gpu_index]
+    if not gpu.mig:
+        return f"GPU {node_id}/{gpu_index} is not in MIG mode"
+    if not gpu.idle():
+        return f"GPU {node_id}/{gpu_index} is in use (drain it first)"
+    if gpu.busy_until > state.time:
+        return f"GPU {node_id}/{gpu_index} is already reconfiguring"
+    if pack_layout(gpu.model, layout) is None:
+        return f"layout {'+'.join(layout)} does not fit {gpu.model.name}"
+    if tuple(sorted(layout)) == tuple(sorted(gpu.layout())):
+        return "GPU already has this layout"
+    return None

@@ -1,0 +1,125 @@
+"""Parse the compact ``--cluster`` syntax into pool specifications.
+
+Grammar (comma-separated groups)::
+
+    [KIND:][MIN-]NODESxGPUSxMODEL[/OPTION...]
+
+KIND is ``onprem`` (default), ``spot`` or ``ondemand``. For on-prem pools
+``NODES`` is the fixed size; for elastic pools ``MIN-MAX`` bounds it (``0-32``)
+and a bare number means ``0-NODES``. Options after ``/``:
+
+* ``mig`` or ``mig=LAYOUT`` - MIG mode with a named layout (``balanced``,
+  ``all-1g``, ``all-2g``, ``all-3g``, ``mixed-4-3``, ``all-7g``) or profiles joined
+  by ``+`` (``3g.40gb+3g.40gb``); plain ``mig`` is ``balanced``.
+* ``ts=N`` - time-slicing with N replicas per GPU.
+* ``cost=X`` - USD per GPU-hour (fixed; otherwise the market price, 0 on-prem).
+* ``cpus=N``, ``mem=GiB`` - host resources per node.
+* ``delay=S`` - provisioning delay of elastic nodes in seconds; ``idle=S`` - idle stop.
+* ``region=R`` - market region.
+
+Examples: ``12x8xA100-80GB``, ``spot:0-32x8xH100-80GB``,
+``2x8xA100-80GB/mig=balanced,ondemand:0-4x8xH100-80GB``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rlsched.cluster.catalog import gpu_model
+from rlsched.cluster.feasibility import resolve_layout
+from rlsched.cluster.model import PoolKind, PoolSpec, Sharing
+from rlsched.errors import ClusterSpecError, RlschedError
+
+_GROUP = re.compile(r"^(?:(?P<kind>[a-z_-]+):)?(?:(?P<min>\d+)-)?(?P<nodes>\d+)x(?P<gpus>\d+)x(?P<model>[^/]+)(?P<opts>(?:/[^/]+)*)$")
+_KINDS = {"onprem": PoolKind.ONPREM, "on_prem": PoolKind.ONPREM, "spot": PoolKind.SPOT,
+          "ondemand": PoolKind.ONDEMAND, "on_demand": PoolKind.ONDEMAND}
+
+
+def parse_cluster(spec: str) -> list[PoolSpec]:
+    """Parse a ``--cluster`` string; raises :class:`ClusterSpecError` naming the bad group."""
+    groups = [g.strip() for g in spec.split(",") if g.strip()]
+    if not groups:
+        raise ClusterSpecError("empty cluster spec; expected e.g. 4x8xA100-80GB")
+    pools: list[PoolSpec] = []
+    names: dict[str, int] = {}
+    for pos, group in enumerate(groups, 1):
+        try:
+            pools.append(_parse_group(group, names))
+        except ClusterSpecError as exc:
+            raise ClusterSpecError(f"cluster spec group {pos} {group!r}: {exc}") from None
+        except RlschedError as exc:
+            raise ClusterSpecError(f"cluster spec group {pos} {group!r}: {exc}") from None
+    return pools
+
+
+def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
+    m = _GROUP.match(group)
+    if m is None:
+        raise ClusterSpecError("does not parse; expected [KIND:][MIN-]NODESxGPUSxMODEL[/mig|/ts=N|...]")
+    kind_s = (m["kind"] or "onprem").lower()
+    if kind_s not in _KINDS:
+        raise ClusterSpecError(f"unknown pool kind {kind_s!r}; use onprem, spot or ondemand")
+    kind = _KINDS[kind_s]
+    model = gpu_model(m["model"])
+    nodes, gpus = int(m["nodes"]), int(m["gpus"])
+    if gpus < 1 or gpus > 16:
+        raise ClusterSpecError(f"{gpus} GPUs per node is out of range 1..16")
+    lo = int(m["min"]) if m["min"] is not None else (nodes if kind is PoolKind.ONPREM else 0)
+    if kind is PoolKind.ONPREM and m["min"] is not None and lo != nodes:
+        raise ClusterSpecError("an on-prem pool has a fixed size; use spot: or ondemand: for MIN-MAX")
+    if lo > nodes:
+        raise ClusterSpecError(f"minimum {lo} exceeds maximum {nodes}")
+    if nodes < 1:
+        raise ClusterSpecError("a pool needs at least one node (maximum)")
+    sharing, replicas, layout = Sharing.EXCLUSIVE, 1, ()
+    extra: dict[str, object] = {}
+    for opt in filter(None, m["opts"].split("/")):
+        key, _, val = opt.partition("=")
+        key = key.lower()
+        try:
+            if key == "mig":
+                sharing = Sharing.MIG
+                layout = resolve_layout(model, val or "balanced")
+            elif key == "ts":
+                sharing, replicas = Sharing.TIMESLICE, int(val)
+                if replicas < 1:
+                    raise ClusterSpecError("ts=N needs N >= 1")
+            elif key == "cost":
+                extra["cost_per_gpu_hour"] = float(val)
+            elif key == "cpus":
+                extra["cpus_per_node"] = float(val)
+            elif key == "mem":
+                extra["mem_mib_per_node"] = int(float(val) * 1024)
+            elif key == "delay":
+                extra["provision_delay_s"] = float(val)
+            elif key == "idle":
+                extra["idle_stop_s"] = float(val)
+            elif key == "region":
+                extra["region"] = val
+            else:
+                raise ClusterSpecError(f"unknown option /{key}; known: mig, ts, cost, cpus, mem, delay, idle, region")
+        except ValueError:
+            raise ClusterSpecError(f"option /{opt} needs a number") from None
+    base = f"{kind.value}-{model.name.lower()}"
+    names[base] = names.get(base, 0) + 1
+    name = base if names[base] == 1 else f"{base}-{names[base]}"
+    return PoolSpec(
+        name=name, kind=kind, model=model, gpus_per_node=gpus, min_nodes=lo, max_nodes=nodes,
+        sharing=sharing, replicas=replicas, mig_layout=layout,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def format_cluster(pools: list[PoolSpec]) -> str:
+    """The ``--cluster`` string for ``pools`` (inverse of :func:`parse_cluster` for its fields)."""
+    parts = []
+    for p in pools:
+        size = f"{p.max_nodes}" if p.kind is PoolKind.ONPREM else f"{p.min_nodes}-{p.max_nodes}"
+        kind = "" if p.kind is PoolKind.ONPREM else f"{p.kind.value}:"
+        opt = ""
+        if p.sharing is Sharing.MIG:
+            opt = "/mig=" + "+".join(p.mig_layout)
+        elif p.sharing is Sharing.TIMESLICE:
+            opt = f"/ts={p.replicas}"
+        parts.append(f"{kind}{size}x{p.gpus_per_node}x{p.model.name}{opt}")
+    return ",".join(parts)

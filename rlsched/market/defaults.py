@@ -1,0 +1,92 @@
+"""The market rlsched uses when none is given, and default provisioning delays.
+
+:func:`default_market` reads two small files bundled in ``rlsched/data/`` (built from
+``shared/data`` by ``scripts/build_market_defaults.py``; provenance, licences and which
+series are real versus documented list-price constants are in ``rlsched/data/README.md``):
+
+* ``default_prices.csv``: canonical prices, one region per model, spot and on-demand
+  for every MIG model and the common non-MIG ones;
+* ``default_preemption.csv``: per-model Spot Advisor hazards and Kaplan-Meier curves
+  of the 2020 lifetimes (per model where there were >= 20 observations, and pooled).
+
+Spot models with an advisor hazard use it (exponential lifetimes); the others use their
+own KM curve, else the pooled one.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from rlsched.cluster.catalog import GpuModel, gpu_model
+from rlsched.cluster.model import PoolKind
+from rlsched.market.canonical import PriceTable, read_prices
+from rlsched.market.market import TableMarket
+from rlsched.market.preemption import PreemptionModel, read_preemption_table
+
+__all__ = [
+    "DEFAULT_PREEMPTION_FILE",
+    "DEFAULT_PRICES_FILE",
+    "PROVISION_DELAY_S",
+    "default_market",
+    "default_preemption",
+    "default_prices",
+    "provision_delay_s",
+]
+
+DEFAULT_PRICES_FILE = "default_prices.csv"
+DEFAULT_PREEMPTION_FILE = "default_preemption.csv"
+
+#: Seconds from a scale-up request to a ready node, by capacity kind. These are
+#: assumptions, not measurements: typical cloud GPU VM boot plus driver/container
+#: start is 2-4 minutes; spot requests add a fulfilment step. On-prem nodes are
+#: already there.
+PROVISION_DELAY_S: dict[PoolKind, float] = {
+    PoolKind.ONPREM: 0.0,
+    PoolKind.ONDEMAND: 180.0,
+    PoolKind.SPOT: 240.0,
+}
+#: Extra seconds for large GPUs (>= 80 GB: 8-GPU HGX hosts, bigger images, fabric
+#: manager and NVLink checks, scarcer capacity).
+LARGE_GPU_EXTRA_S = 120.0
+LARGE_GPU_MEMORY_GB = 80
+
+
+def provision_delay_s(kind: PoolKind | str, model: GpuModel | str) -> float:
+    """Default provisioning delay of a node (the cluster spec's explicit value wins).
+
+    Args:
+        kind: pool kind (or its value, e.g. ``"spot"``).
+        model: GPU model or any spelling of its name.
+    """
+    k = kind if isinstance(kind, PoolKind) else PoolKind(str(kind).lower())
+    m = model if isinstance(model, GpuModel) else gpu_model(model)
+    base = PROVISION_DELAY_S[k]
+    if k is not PoolKind.ONPREM and m.memory_gb >= LARGE_GPU_MEMORY_GB:
+        base += LARGE_GPU_EXTRA_S
+    return base
+
+
+def _data_path(name: str) -> str:
+    return str(resources.files("rlsched").joinpath("data", name))
+
+
+@lru_cache(maxsize=1)
+def default_prices() -> PriceTable:
+    """The bundled canonical price table."""
+    return read_prices(_data_path(DEFAULT_PRICES_FILE))
+
+
+@lru_cache(maxsize=1)
+def default_preemption() -> tuple[dict[str, PreemptionModel], PreemptionModel | None]:
+    """Per-model lifetime models and the pooled fallback, from the bundled table."""
+    hazards, kms = read_preemption_table(_data_path(DEFAULT_PREEMPTION_FILE))
+    models: dict[str, PreemptionModel] = {m: km for m, km in kms.items() if m != "*"}
+    models.update(hazards)  # the advisor hazard wins where both exist
+    return models, kms.get("*")
+
+
+def default_market(offset_s: float = 0.0) -> TableMarket:
+    """The bundled market (see module doc); ``offset_s`` shifts market time."""
+    models, fallback = default_preemption()
+    return TableMarket(default_prices(), None, models, fallback, offset_s=offset_s)

@@ -1,0 +1,108 @@
+"""Scaling rules for elastic pools: how much capacity to buy for a waiting queue.
+
+The engine already stops elastic nodes that sit idle for the pool's
+``idle_stop_s`` (auto start/stop), so these rules only decide scale-ups. They size
+the request from the queue: GPUs that the blocked jobs need, minus what is already
+being provisioned, in whole nodes, within the pool's maximum and (for spot) the
+market's availability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from rlsched.cluster.decisions import Decision, Scale
+from rlsched.cluster.feasibility import fits_pool_spec
+from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
+
+
+def headroom(state: ClusterState, pool: Pool) -> int:
+    """Nodes ``pool`` may still add now (maximum and spot availability)."""
+    held = len(pool.nodes)
+    room = pool.spec.max_nodes - held
+    q = state.quotes.get(pool.name)
+    if pool.spec.kind is PoolKind.SPOT and q is not None and q.spot_available_nodes is not None:
+        room = min(room, q.spot_available_nodes - held)
+    return max(room, 0)
+
+
+def provisioning_gpus(pool: Pool) -> int:
+    return sum(len(n.gpus) for n in pool.nodes.values() if n.status is NodeStatus.PROVISIONING)
+
+
+class QueueAutoscaler:
+    """Buy nodes for blocked jobs in the cheapest elastic pool that can run each.
+
+    ``max_step`` bounds the nodes requested per pool per decision, so one burst
+    does not buy a whole pool at once.
+    """
+
+    def __init__(self, max_step: int = 8) -> None:
+        self.max_step = max_step
+
+    def reset(self, state: ClusterState) -> None:
+        return None
+
+    def choose_pool(self, state: ClusterState, run: JobRun, pools: list[Pool]) -> Pool | None:
+        """The elastic pool to buy capacity in for ``run`` (cheapest first)."""
+        best = None
+        best_price = math.inf
+        for pool in pools:
+            if headroom(state, pool) <= 0:
+                continue
+            q = state.quotes.get(pool.name)
+            price = q.price_per_gpu_hour if q else 0.0
+            if price < best_price:
+                best, best_price = pool, price
+        return best
+
+    def decide(self, state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
+        elastic = [p for p in state.pools.values() if p.spec.kind.elastic]
+        if not elastic:
+            return
+        demand: dict[str, float] = {}
+        for run in blocked:
+            job = run.job
+            fits = [p for p in elastic if fits_pool_spec(job, p.spec)]
+            if not fits:
+                continue
+            pool = self.choose_pool(state, run, fits)
+            if pool is not None:
+                demand[pool.name] = demand.get(pool.name, 0.0) + job.gpu_demand
+        for name, gpus in demand.items():
+            pool = state.pools[name]
+            need = gpus - provisioning_gpus(pool)
+            if need <= 0:
+                continue
+            nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
+            if nodes > 0:
+                yield Scale(name, nodes)
+
+
+class SpotFirstAutoscaler(QueueAutoscaler):
+    """Spot first, on-demand when spot is short or a deadline is at risk.
+
+    A job whose slack (deadline - now - estimated run time) is below
+    ``risk_factor`` x its estimated run time plus the provisioning delay is not
+    trusted to spot: a reclaim could make it late.
+    """
+
+    def __init__(self, max_step: int = 8, risk_factor: float = 0.5) -> None:
+        super().__init__(max_step)
+        self.risk_factor = risk_factor
+
+    def at_risk(self, state: ClusterState, run: JobRun, delay: float) -> bool:
+        dl = run.job.deadline
+        if dl is None:
+            return False
+        est = max(run.job.duration - run.work_done, 0.0) if state.estimator.oracle else state.estimator.estimate(run.job)
+        slack = dl - state.time - est
+        return slack < self.risk_factor * est + delay
+
+    def choose_pool(self, state: ClusterState, run: JobRun, pools: list[Pool]) -> Pool | None:
+        spot = [p for p in pools if p.spec.kind is PoolKind.SPOT and headroom(state, p) > 0]
+        other = [p for p in pools if p.spec.kind is not PoolKind.SPOT and headroom(state, p) > 0]
+        if spot and run.job.preemptible and not self.at_risk(state, run, spot[0].spec.provision_delay_s):
+            return super().choose_pool(state, run, spot)
+        return super().choose_pool(state, run, other) if other else None
