@@ -268,6 +268,7 @@ class JobRun:
         reason: why it is pending / unschedulable.
         version: bumped whenever its scheduled completion changes (stale events are dropped).
         on_spot: it runs (or last ran) on spot capacity.
+        shape: the request shape (see :func:`queue_shape`), computed once.
     """
 
     job: Job
@@ -289,6 +290,10 @@ class JobRun:
     reason: str = ""
     version: int = 0
     on_spot: bool = False
+    shape: tuple[object, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.shape = queue_shape(self.job)
 
     @property
     def remaining(self) -> float:
@@ -305,6 +310,11 @@ class MarketQuote:
     reclaim_rate_per_hour: float = 0.0
 
 
+def queue_shape(job: Job) -> tuple[object, ...]:
+    """Jobs with equal keys fit in exactly the same places (request shape + spot eligibility)."""
+    return (*job.shape, job.preemptible)
+
+
 class ClusterState:
     """The one snapshot type every policy sees, in simulation and live.
 
@@ -319,7 +329,12 @@ class ClusterState:
         self.time = 0.0
         self.pools: dict[str, Pool] = {p.name: Pool(p) for p in pools}
         self.nodes: dict[str, Node] = {}
+        #: queued jobs, always in submission order (see :meth:`enqueue`).
         self.queue: dict[str, JobRun] = {}
+        #: the same jobs per priority level, each in submission order.
+        self.queue_by_priority: dict[int, dict[str, JobRun]] = {}
+        #: how many queued jobs have each request shape (see ``Job.shape``).
+        self.queue_shapes: dict[tuple[object, ...], int] = {}
         self.running: dict[str, JobRun] = {}
         self.quotes: dict[str, MarketQuote] = {}
         #: forecast GPU demand per pool's model over the next horizon (GPUs), if known.
@@ -329,6 +344,42 @@ class ClusterState:
         self.estimator = DurationEstimator()
         #: GPU-equivalents allocated now (a slice counts its compute share).
         self.allocated = 0.0
+
+    # --- queue ------------------------------------------------------------------------
+    def enqueue(self, run: JobRun) -> None:
+        """Add a job to the queue, keeping submission order.
+
+        Arrivals come in submission order and are appended; a preempted job
+        re-entering with an earlier submission time triggers a re-sort (rare), so
+        policies can always read ``queue`` as a FIFO without sorting it.
+        """
+        jid = run.job.job_id
+        st = run.job.submit_time
+        level = self.queue_by_priority.setdefault(run.job.priority, {})
+        for d in (self.queue, level):
+            last = next(reversed(d.values()), None) if d else None
+            d[jid] = run
+            if last is not None and last.job.submit_time > st:
+                items = sorted(d.values(), key=lambda r: r.job.submit_time)
+                d.clear()
+                d.update((r.job.job_id, r) for r in items)
+        key = run.shape
+        self.queue_shapes[key] = self.queue_shapes.get(key, 0) + 1
+
+    def dequeue(self, job_id: str) -> JobRun:
+        """Remove a job from the queue (it starts, or it can never run)."""
+        run = self.queue.pop(job_id)
+        level = self.queue_by_priority[run.job.priority]
+        del level[job_id]
+        if not level:
+            del self.queue_by_priority[run.job.priority]
+        key = run.shape
+        n = self.queue_shapes[key] - 1
+        if n:
+            self.queue_shapes[key] = n
+        else:
+            del self.queue_shapes[key]
+        return run
 
     # --- node lifecycle -------------------------------------------------------------
     def add_node(self, pool: str, now: float, ready_at: float) -> Node:

@@ -58,16 +58,22 @@ class QueueAutoscaler:
         return best
 
     def decide(self, state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
-        elastic = [p for p in state.pools.values() if p.spec.kind.elastic]
+        elastic = [p for p in state.pools.values() if p.spec.kind.elastic and headroom(state, p) > 0]
         if not elastic:
             return
         demand: dict[str, float] = {}
+        # The pool choice depends only on the request shape unless a deadline is involved.
+        memo: dict[tuple[object, ...], Pool | None] = {}
         for run in blocked:
             job = run.job
-            fits = [p for p in elastic if fits_pool_spec(job, p.spec)]
-            if not fits:
-                continue
-            pool = self.choose_pool(state, run, fits)
+            key = run.shape
+            if job.deadline is None and key in memo:
+                pool = memo[key]
+            else:
+                fits = [p for p in elastic if fits_pool_spec(job, p.spec)]
+                pool = self.choose_pool(state, run, fits) if fits else None
+                if job.deadline is None:
+                    memo[key] = pool
             if pool is not None:
                 demand[pool.name] = demand.get(pool.name, 0.0) + job.gpu_demand
         for name, gpus in demand.items():

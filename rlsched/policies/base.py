@@ -18,8 +18,8 @@ import difflib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from rlsched.cluster.decisions import Decision, Place
-from rlsched.cluster.model import ClusterState, JobRun, Placement, PoolKind, Sharing
+from rlsched.cluster.decisions import Decision, Place, WakeAt
+from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Placement, PoolKind, Sharing
 from rlsched.errors import ScenarioError
 from rlsched.policies.autoscale import QueueAutoscaler
 from rlsched.policies.placement import PlacementRule, first_fit
@@ -90,6 +90,12 @@ class QueueHeuristic:
 
     name: ClassVar[str] = "queue"
     backfill: bool = True
+    #: blocked jobs (in order) the autoscaler sizes capacity for, per pass.
+    scale_scan: int = 256
+    #: blocked jobs the :meth:`extra_decisions` hook needs (e.g. preemption).
+    blocked_needed: int = 0
+    #: seconds between two autoscaler scans of the queue.
+    scale_interval_s: float = 30.0
 
     def __init__(self, *, placement: PlacementRule = first_fit, autoscaler: QueueAutoscaler | None = None,
                  backfill: bool | None = None) -> None:
@@ -98,14 +104,16 @@ class QueueHeuristic:
         if backfill is not None:
             self.backfill = backfill
         self._elastic = False
+        self._next_scale = -float("inf")
 
     def reset(self, state: ClusterState) -> None:
         self._elastic = any(p.spec.kind.elastic for p in state.pools.values())
+        self._next_scale = -float("inf")
         self.autoscaler.reset(state)
 
     def order(self, state: ClusterState) -> Iterable[JobRun]:
-        """Queued jobs in the order this policy serves them."""
-        return sorted(state.queue.values(), key=lambda r: r.job.submit_time)
+        """Queued jobs in the order this policy serves them (default: submission order)."""
+        return list(state.queue.values())
 
     def choose(self, state: ClusterState, run: JobRun) -> Placement | None:
         """Where ``run`` goes now, or None if it does not fit anywhere."""
@@ -118,42 +126,70 @@ class QueueHeuristic:
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         if not state.queue:
             return
-        failed: set[tuple[Any, ...]] = set()
+        # Blocked jobs are collected for the autoscaler and for preemption hooks, up to a cap.
+        # The autoscaler looks at the queue every ``scale_interval_s`` (like a cluster autoscaler's
+        # scan period), not at every event: sizing capacity needs a view, not a reflex.
+        scale_now = self._elastic and state.time >= self._next_scale
+        cap = max(self.scale_scan if scale_now else 0, self.blocked_needed)
+        failed: set[tuple[object, ...]] = set()
         blocked: list[JobRun] = []
-        only_exclusive = all(p.spec.sharing is Sharing.EXCLUSIVE for p in state.pools.values())
+        n_shapes = len(state.queue_shapes)
+        can_place = has_free_capacity(state)
         # Lazily: an order may be a generator that reads the state after each placement.
         for run in self.order(state):
-            if run.job.job_id not in state.queue:
+            job = run.job
+            if job.job_id not in state.queue:
                 continue
-            if only_exclusive and not self._any_free(state):
-                blocked.append(run)
-                if not self.backfill:
+            if not can_place or len(failed) >= n_shapes:
+                # Nothing else can start in this pass; only collect what is blocked.
+                if len(blocked) >= cap:
                     break
-                continue
-            shape = run.job.shape + (run.job.preemptible,)
-            if shape in failed:
                 blocked.append(run)
+                continue
+            shape = run.shape
+            if shape in failed:
+                if len(blocked) < cap:
+                    blocked.append(run)
                 continue
             placement = self.choose(state, run)
             if placement is None:
                 failed.add(shape)
-                blocked.append(run)
+                if len(blocked) < cap:
+                    blocked.append(run)
                 if not self.backfill:
-                    break
+                    can_place = False
                 continue
-            yield Place(run.job.job_id, placement)
+            yield Place(job.job_id, placement)
         if blocked:
             yield from self.extra_decisions(state, blocked)
-        if self._elastic and blocked:
-            yield from self.autoscaler.decide(state, blocked)
+            if scale_now:
+                self._next_scale = state.time + self.scale_interval_s
+                yield from self.autoscaler.decide(state, blocked)
+        elif self._elastic and not scale_now and state.queue and not state.running and not any(
+            n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
+        ):
+            # Jobs wait, the scan was skipped and nothing else will wake us: look again soon.
+            yield WakeAt(self._next_scale)
 
-    @staticmethod
-    def _any_free(state: ClusterState) -> bool:
-        for pool in state.pools.values():
-            for node in pool.nodes.values():
-                if node.free_whole > 0:
-                    return True
-        return False
+
+def has_free_capacity(state: ClusterState) -> bool:
+    """True if any ready GPU, MIG instance or time-slice replica is free right now."""
+    now = state.time
+    for node in state.nodes.values():
+        if not node.ready:
+            continue
+        if node.free_whole > 0:
+            return True
+        for gpu in node.gpus:
+            if gpu.busy_until > now or not gpu.healthy:
+                continue
+            if gpu.slices:
+                for s in gpu.slices:
+                    if s.holder is None:
+                        return True
+            elif gpu.sharing is Sharing.TIMESLICE and len(gpu.holders) < gpu.replicas:
+                return True
+    return False
 
 
 def is_spot(state: ClusterState, placement: Placement) -> bool:

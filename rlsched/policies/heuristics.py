@@ -40,21 +40,24 @@ class WeightedPriority(QueueHeuristic):
         self.w_priority = w_priority
         self.w_wait = w_wait
         self.preempt = preempt
+        self.blocked_needed = 4 if preempt else 0
 
     def order(self, state: ClusterState) -> Iterable[JobRun]:
-        runs = list(state.queue.values())
-        if len(runs) <= 1:
-            return runs
+        levels = state.queue_by_priority
+        if len(levels) <= 1 or self.w_priority == 0:
+            return list(state.queue.values())  # equal priorities: highest wait = submission order
         now = state.time
-        pmin = min(r.job.priority for r in runs)
-        pmax = max(r.job.priority for r in runs)
-        wmax = max(now - r.job.submit_time for r in runs)
-        prange = (pmax - pmin) or 1
-        wp = self.w_priority / prange if pmax > pmin else 0.0
+        pmin, pmax = min(levels), max(levels)
+        wmax = now - min(next(iter(d.values())).job.submit_time for d in levels.values())
+        wp = self.w_priority / (pmax - pmin)
         ww = self.w_wait / wmax if wmax > 0 else 0.0
-        # score = wp*(p - pmin) + ww*(now - submit); sort descending, earlier submit first on ties
-        return sorted(runs, key=lambda r: (-(wp * (r.job.priority - pmin) + ww * (now - r.job.submit_time)),
-                                           r.job.submit_time))
+
+        def key(r: JobRun) -> float:  # negated score: heapq.merge yields ascending keys
+            return -(wp * (r.job.priority - pmin) + ww * (now - r.job.submit_time))
+
+        # Each level is in submission order, i.e. descending score, so a lazy k-way
+        # merge yields the global order without sorting the queue.
+        return heapq.merge(*(list(d.values()) for d in levels.values()), key=key)
 
     def extra_decisions(self, state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
         if not self.preempt:
@@ -124,6 +127,7 @@ class Tiresias(QueueHeuristic):
         super().__init__(**kw)  # type: ignore[arg-type]
         self.thresholds = tuple(sorted(thresholds))
         self.preempt = preempt
+        self.blocked_needed = 4 if preempt else 0
 
     def _attained(self, state: ClusterState, run: JobRun) -> float:
         if run.placement is not None:

@@ -322,7 +322,7 @@ class Engine:
             run.reason = unschedulable_reason(job, self.pool_specs)
             self.unschedulable[run.reason] = self.unschedulable.get(run.reason, 0) + 1
             return
-        self.state.queue[job.job_id] = run
+        self.state.enqueue(run)
 
     def _rate(self, run: JobRun) -> float:
         pl = run.placement
@@ -363,7 +363,7 @@ class Engine:
     def _start(self, run: JobRun, placement_profile: str | None) -> None:
         st = self.state
         assert run.placement is not None
-        del st.queue[run.job.job_id]
+        st.dequeue(run.job.job_id)
         st.running[run.job.job_id] = run
         run.state = RunState.RUNNING
         self._last_progress = self.now
@@ -429,16 +429,16 @@ class Engine:
         run.state = RunState.QUEUED
         run.enqueued_at = self.now
         run.reason = reason
-        st.queue[job.job_id] = run
+        st.enqueue(run)
 
     def _strand_queue(self) -> None:
         """Nothing can ever happen again: what is still queued can never run."""
         reason = "never placed: no capacity and the policy requested none"
         for run in list(self.state.queue.values()):
+            self.state.dequeue(run.job.job_id)
             run.state = RunState.UNSCHEDULABLE
             run.reason = reason
             self.unschedulable[reason] = self.unschedulable.get(reason, 0) + 1
-        self.state.queue.clear()
 
     # ------------------------------------------------------------------ nodes
     def _on_node_ready(self, node: Node) -> None:
