@@ -30,7 +30,9 @@ from rlsched.cluster.feasibility import resolve_layout
 from rlsched.cluster.model import PoolKind, PoolSpec, Sharing
 from rlsched.errors import ClusterSpecError, RlschedError
 
-_GROUP = re.compile(r"^(?:(?P<kind>[a-z_-]+):)?(?:(?P<min>\d+)-)?(?P<nodes>\d+)x(?P<gpus>\d+)x(?P<model>[^/]+)(?P<opts>(?:/[^/]+)*)$")
+_GROUP = re.compile(
+    r"^(?:(?P<kind>[a-z_-]+):)?(?:(?P<min>\d+)-)?(?P<nodes>\d+)x(?P<gpus>\d+)x(?P<model>[^/]+)(?P<opts>(?:/[^/]+)*)$"
+)
 _KINDS = {"onprem": PoolKind.ONPREM, "on_prem": PoolKind.ONPREM, "spot": PoolKind.SPOT,
           "ondemand": PoolKind.ONDEMAND, "on_demand": PoolKind.ONDEMAND}
 
@@ -100,6 +102,10 @@ def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
                 raise ClusterSpecError(f"unknown option /{key}; known: mig, ts, cost, cpus, mem, delay, idle, region")
         except ValueError:
             raise ClusterSpecError(f"option /{opt} needs a number") from None
+    if "provision_delay_s" not in extra:
+        from rlsched.market.defaults import provision_delay_s
+
+        extra["provision_delay_s"] = provision_delay_s(kind, model)
     base = f"{kind.value}-{model.name.lower()}"
     names[base] = names.get(base, 0) + 1
     name = base if names[base] == 1 else f"{base}-{names[base]}"
@@ -118,7 +124,10 @@ def format_cluster(pools: list[PoolSpec]) -> str:
         kind = "" if p.kind is PoolKind.ONPREM else f"{p.kind.value}:"
         opt = ""
         if p.sharing is Sharing.MIG:
-            opt = "/mig=" + "+".join(p.mig_layout)
+            from rlsched.cluster.feasibility import named_layouts
+
+            names = {tuple(sorted(v)): k for k, v in named_layouts(p.model).items()}
+            opt = "/mig=" + names.get(tuple(sorted(p.mig_layout)), "+".join(p.mig_layout))
         elif p.sharing is Sharing.TIMESLICE:
             opt = f"/ts={p.replicas}"
         parts.append(f"{kind}{size}x{p.gpus_per_node}x{p.model.name}{opt}")

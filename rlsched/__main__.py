@@ -1,0 +1,5 @@
+"""``python -m rlsched`` is the ``rlsched`` command."""
+
+from rlsched.cli import main
+
+main()

@@ -1,0 +1,186 @@
+"""``rlsched simulate`` and ``rlsched policies``.
+
+``rlsched simulate`` with no options replays the bundled default scenario under
+every heuristic. ``--trace`` + ``--cluster`` (or ``--scenario FILE``) replay
+other workloads on other fleets; the market is the bundled default unless
+``--prices`` / ``--spot-availability`` give canonical CSVs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rlsched.cli.app import app
+from rlsched.errors import ScenarioError
+
+def _wide_console(**kw: Any) -> Console:
+    """A console at least 170 columns wide, so the comparison table is readable in logs and pipes."""
+    c = Console(**kw)
+    if c.width < 170:
+        c = Console(width=170, **kw)
+    return c
+
+
+_console = _wide_console()
+_err = Console(stderr=True)
+
+
+def build_policy(spec: str) -> Any:
+    """A scheduler from ``NAME`` or a policy-spec YAML (``{policy: NAME, params: {...}}``)."""
+    from rlsched.policies import make_policy
+
+    if spec.endswith((".yaml", ".yml")):
+        path = Path(spec)
+        if not path.exists():
+            raise ScenarioError(f"{path}: policy spec not found")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"{path}: invalid YAML ({exc})") from None
+        if not isinstance(data, dict) or "policy" not in data:
+            raise ScenarioError(f"{path}: a policy spec needs a 'policy' key (and optional 'params')")
+        unknown = set(data) - {"policy", "params", "name", "description"}
+        if unknown:
+            raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: policy, params, name, description")
+        sched = make_policy(str(data["policy"]), **(data.get("params") or {}))
+        if data.get("name"):
+            sched.name = str(data["name"])
+        return sched
+    return make_policy(spec)
+
+
+@app.command("policies")
+def policies_cmd() -> None:
+    """List the schedulers selectable with --policy."""
+    from rlsched.policies import available
+
+    for name, summary in available().items():
+        _console.print(f"[bold]{name:18s}[/] {summary}")
+
+
+@app.command("simulate")
+def simulate(
+    trace: Annotated[Path | None, typer.Option("--trace", help="Job trace (canonical CSV or Philly/openb/DLRM).")] = None,
+    cluster: Annotated[str | None, typer.Option(
+        "--cluster", help="Pools: [KIND:][MIN-]NODESxGPUSxMODEL[/mig=LAYOUT|/ts=N], comma-separated.")] = None,
+    scenario: Annotated[Path | None, typer.Option(
+        "--scenario", help="Scenario YAML (cluster + workload + market); default: the bundled one.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(
+        "--policy", "-p", help="Policy name or policy-spec YAML; repeat to compare. Default: every heuristic.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON here.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of utilisation, queue, cost, nodes.")] = None,
+    load_factor: Annotated[float | None, typer.Option(
+        "--load-factor", help="Rescale arrivals to this offered load on the base capacity.")] = None,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", help="Replay only the first N jobs.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the simulated world.")] = None,
+    prices: Annotated[Path | None, typer.Option("--prices", help="Canonical prices CSV.")] = None,
+    spot_availability: Annotated[Path | None, typer.Option(
+        "--spot-availability", help="Canonical spot availability CSV.")] = None,
+    market_offset: Annotated[float, typer.Option(
+        "--market-offset", help="Seconds into the market series where the run starts.")] = 0.0,
+    trace_format: Annotated[str, typer.Option("--format", help="Trace format (auto-detected).")] = "auto",
+    virtual_cluster: Annotated[str | None, typer.Option(
+        "--virtual-cluster", help="Philly: replay one virtual cluster.")] = None,
+    skip_bad_rows: Annotated[bool, typer.Option(
+        "--skip-bad-rows", help="Count and skip malformed trace rows instead of failing.")] = False,
+    preemptible: Annotated[str | None, typer.Option(
+        "--preemptible", help="Who may use spot: trace (its column), all, none.")] = None,
+    deadline_factor: Annotated[float | None, typer.Option(
+        "--deadline-factor", help="Give every job deadline = submit + X x duration.")] = None,
+    checkpoint_interval: Annotated[float | None, typer.Option(
+        "--checkpoint-interval", help="Seconds of work between checkpoints (default 1800).")] = None,
+    oracle: Annotated[bool, typer.Option(
+        "--oracle-durations", help="Let schedulers see true durations (upper-bound reference only).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
+) -> None:
+    """Replay a trace on a cluster under one or more policies and compare them."""
+    from dataclasses import replace
+
+    from rlsched.policies import available
+    from rlsched.report.plots import plot_reports
+    from rlsched.report.table import comparison_table
+    from rlsched.scenario import Scenario, apply_workload_options, build_market, load_jobs, load_scenario
+    from rlsched.sim import Engine
+
+    if (trace is None) != (cluster is None) and scenario is None:
+        raise ScenarioError("--trace and --cluster go together (or use --scenario, or neither for the default)")
+    if scenario is not None and (trace is not None or cluster is not None):
+        raise ScenarioError("--scenario already names a cluster and a workload; drop --trace/--cluster")
+    if trace is not None and cluster is not None:
+        from rlsched.cluster.spec import parse_cluster
+
+        pools = parse_cluster(cluster)
+        entry: dict[str, Any] = {"path": str(trace), "format": trace_format, "skip_bad_rows": skip_bad_rows}
+        if virtual_cluster:
+            entry["virtual_cluster"] = virtual_cluster
+        jobs, source = load_jobs([entry], None)
+        sc = Scenario(name=trace.name, pools=pools, jobs=jobs, market=build_market("default", pools), source=source)
+    else:
+        sc = load_scenario(scenario)
+    jobs = apply_workload_options(sc.jobs, sc.pools, load_factor=load_factor, preemptible=preemptible or "trace",
+                                  deadline_factor=deadline_factor, max_jobs=max_jobs)
+    if prices is not None or spot_availability is not None or market_offset:
+        spec: dict[str, Any] = {"offset_s": market_offset}
+        if prices is not None:
+            spec["prices"] = str(prices)
+        if spot_availability is not None:
+            spec["availability"] = str(spot_availability)
+        sc.market = build_market(spec, sc.pools)
+    sim = sc.sim
+    if seed is not None:
+        sim = replace(sim, seed=seed)
+    if checkpoint_interval is not None:
+        if checkpoint_interval < 0:
+            raise ScenarioError("--checkpoint-interval must be >= 0")
+        sim = replace(sim, checkpoint_interval_s=checkpoint_interval)
+    if oracle:
+        sim = replace(sim, oracle_durations=True)
+    if not jobs:
+        raise ScenarioError(f"{sc.source or sc.name}: the workload has no jobs")
+    names = policy or list(available())
+    schedulers = [build_policy(n) for n in names]
+
+    reports = []
+    progress = Progress(
+        TextColumn("[bold]{task.description:18s}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+        TimeElapsedColumn(), console=_err, disable=quiet, transient=False,
+    )
+    with progress:
+        for sched in schedulers:
+            task = progress.add_task(sched.name, total=len(jobs))
+            engine = Engine(sc.pools, jobs, sc.market, sim)
+            report = engine.run(sched, progress=lambda done, total, t=task: progress.update(t, completed=done))
+            reports.append(report)
+    from rlsched.cluster.spec import format_cluster
+
+    title = f"{sc.name}: {len(jobs):,} jobs on {format_cluster(sc.pools)}"
+    if not quiet:
+        _console.print(comparison_table(reports, title))
+        for r in reports:
+            if r.unschedulable_reasons:
+                why = "; ".join(f"{n} {k}" for k, n in r.unschedulable_reasons.items())
+                _console.print(f"[yellow]{r.policy}: unschedulable: {why}[/]")
+    if json_out is not None:
+        doc = {
+            "trace": sc.source or sc.name,
+            "scenario": sc.name,
+            "cluster": format_cluster(sc.pools),
+            "jobs": len(jobs),
+            "seed": sim.seed,
+            "results": [r.result() for r in reports],
+        }
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(doc, indent=2) + "\n")
+        if not quiet:
+            _console.print(f"wrote {json_out}")
+    if plot is not None:
+        plot_reports(reports, plot, title)
+        if not quiet:
+            _console.print(f"wrote {plot}")

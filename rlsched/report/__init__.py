@@ -1,0 +1,1 @@
+"""Rendering of simulation results: tables and plots (kept apart from the engine)."""
