@@ -8,27 +8,19 @@ from rlsched.errors import RlschedError
 
 
 def main() -> None:
-    """Run the CLI; user errors become one line on stderr and exit status 1."""
+    """Run the CLI; user errors become one line on stderr and exit status 1.
+
+    Usage errors (unknown option, missing value) are reported by click itself
+    with exit status 2; anything else reaching here is a bug and keeps its traceback.
+    """
     from rlsched.cli import commands  # noqa: F401  (registers every command)
     from rlsched.cli.app import app
 
     try:
-        app(standalone_mode=False)
+        app()
     except RlschedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except SystemExit:
-        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors etc.
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
-            print("aborted", file=sys.stderr)
-            sys.exit(1)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

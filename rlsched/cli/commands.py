@@ -1,3 +1,5 @@
 """Import every command module so that it registers on the app."""
 
-from rlsched.cli import market_cmd, simulate_cmd, trace_cmd  # noqa: F401
+import rlsched.cli.market_cmd
+import rlsched.cli.simulate_cmd
+import rlsched.cli.trace_cmd  # noqa: F401

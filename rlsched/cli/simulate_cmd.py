@@ -15,10 +15,11 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from rlsched.cli.app import app
 from rlsched.errors import ScenarioError
+
 
 def _wide_console(**kw: Any) -> Console:
     """A console at least 170 columns wide, so the comparison table is readable in logs and pipes."""
@@ -67,7 +68,8 @@ def policies_cmd() -> None:
 
 @app.command("simulate")
 def simulate(
-    trace: Annotated[Path | None, typer.Option("--trace", help="Job trace (canonical CSV or Philly/openb/DLRM).")] = None,
+    trace: Annotated[Path | None, typer.Option(
+        "--trace", help="Job trace (canonical CSV or Philly/openb/DLRM).")] = None,
     cluster: Annotated[str | None, typer.Option(
         "--cluster", help="Pools: [KIND:][MIN-]NODESxGPUSxMODEL[/mig=LAYOUT|/ts=N], comma-separated.")] = None,
     scenario: Annotated[Path | None, typer.Option(
@@ -156,7 +158,10 @@ def simulate(
         for sched in schedulers:
             task = progress.add_task(sched.name, total=len(jobs))
             engine = Engine(sc.pools, jobs, sc.market, sim)
-            report = engine.run(sched, progress=lambda done, total, t=task: progress.update(t, completed=done))
+            def tick(done: int, total: int, t: TaskID = task) -> None:
+                progress.update(t, completed=done)
+
+            report = engine.run(sched, progress=tick)
             reports.append(report)
     from rlsched.cluster.spec import format_cluster
 

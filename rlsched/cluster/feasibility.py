@@ -99,7 +99,7 @@ def named_layouts(model: GpuModel) -> dict[str, tuple[str, ...]]:
     """
     if not model.mig_capable:
         return {}
-    by_g = {}
+    by_g: dict[int, MigProfile] = {}
     for p in model.mig_profiles:
         if "+me" in p.name:
             continue
@@ -207,9 +207,7 @@ def unschedulable_reason(job: Job, pools: Sequence[PoolSpec]) -> str:
 def _node_has_host(node: Node, job: Job) -> bool:
     if node.cpus and job.cpus > node.free_cpus + 1e-9:
         return False
-    if node.mem_mib and job.mem_mib > node.free_mem:
-        return False
-    return True
+    return not (node.mem_mib and job.mem_mib > node.free_mem)
 
 
 def _gpu_open(gpu_busy_until: float, healthy: bool, now: float) -> bool:

@@ -73,7 +73,8 @@ def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
         raise ClusterSpecError(f"minimum {lo} exceeds maximum {nodes}")
     if nodes < 1:
         raise ClusterSpecError("a pool needs at least one node (maximum)")
-    sharing, replicas, layout = Sharing.EXCLUSIVE, 1, ()
+    sharing, replicas = Sharing.EXCLUSIVE, 1
+    layout: tuple[str, ...] = ()
     extra: dict[str, object] = {}
     for opt in filter(None, m["opts"].split("/")):
         key, _, val = opt.partition("=")

@@ -102,7 +102,10 @@ class SpotFirstAutoscaler(QueueAutoscaler):
         dl = run.job.deadline
         if dl is None:
             return False
-        est = max(run.job.duration - run.work_done, 0.0) if state.estimator.oracle else state.estimator.estimate(run.job)
+        if state.estimator.oracle:
+            est = max(run.job.duration - run.work_done, 0.0)
+        else:
+            est = state.estimator.estimate(run.job)
         slack = dl - state.time - est
         return slack < self.risk_factor * est + delay
 

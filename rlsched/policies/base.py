@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from rlsched.cluster.decisions import Decision, Place, WakeAt
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Placement, PoolKind, Sharing
@@ -40,13 +40,16 @@ class Scheduler(Protocol):
         ...
 
 
-_REGISTRY: dict[str, tuple[Callable[..., Scheduler], str]] = {}
+_REGISTRY: dict[str, tuple[Callable[..., Any], str]] = {}
+
+_T = TypeVar("_T")
 
 
-def register(name: str, summary: str) -> Callable[[Callable[..., Scheduler]], Callable[..., Scheduler]]:
+def register(name: str, summary: str) -> Callable[[_T], _T]:
     """Class decorator: make a scheduler selectable as ``--policy NAME``."""
 
-    def deco(cls: Callable[..., Scheduler]) -> Callable[..., Scheduler]:
+    def deco(cls: _T) -> _T:
+        assert callable(cls)
         _REGISTRY[name] = (cls, summary)
         return cls
 
@@ -68,7 +71,8 @@ def make_policy(name: str, **params: Any) -> Scheduler:
         raise ScenarioError(f"unknown policy {name!r}{hint} (known: {', '.join(sorted(_REGISTRY))})")
     cls = _REGISTRY[name][0]
     try:
-        return cls(**params)
+        sched: Scheduler = cls(**params)
+        return sched
     except TypeError as exc:
         raise ScenarioError(f"bad parameters for policy {name!r}: {exc}") from None
 
@@ -88,7 +92,7 @@ class QueueHeuristic:
     not tried again in the same pass - this keeps a pass over a long queue cheap.
     """
 
-    name: ClassVar[str] = "queue"
+    name: str = "queue"
     backfill: bool = True
     #: blocked jobs (in order) the autoscaler sizes capacity for, per pass.
     scale_scan: int = 256
