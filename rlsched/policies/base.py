@@ -73,7 +73,7 @@ def make_policy(name: str, **params: Any) -> Scheduler:
     try:
         sched: Scheduler = cls(**params)
         return sched
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ScenarioError(f"bad parameters for policy {name!r}: {exc}") from None
 
 
