@@ -1,0 +1,1 @@
+"""Live side of rlsched: GPU backends (simulated and NVML), and later the scheduler service."""

@@ -1,0 +1,1 @@
+"""Pool specs in HCL: parse (python-hcl2), evaluate, check the schema, report diagnostics."""
