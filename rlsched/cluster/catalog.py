@@ -145,6 +145,18 @@ _ALIASES: dict[str, str] = {
     "v100m16": "V100-16GB",
     "v10032gb": "V100-32GB",
     "v100m32": "V100-32GB",
+    "v100sxm216gb": "V100-16GB",
+    "v100sxm232gb": "V100-32GB",
+    "v100pcie16gb": "V100-16GB",
+    "v100pcie32gb": "V100-32GB",
+    "h100pcie": "H100-80GB",
+    "h100sxm": "H100-80GB",
+    "h100pcie80gb": "H100-80GB",
+    "a10g": "A10",
+    "p100pcie16gb": "P100-16GB",
+    "p100sxm216gb": "P100-16GB",
+    "h200nvl": "H200-141GB",
+    "h200141gbhbm3e": "H200-141GB",
     "p100": "P100-16GB",
     "p10016gb": "P100-16GB",
     "k80": "K80",
@@ -164,11 +176,31 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+_VENDOR_PREFIXES = ("nvidia", "tesla", "geforce", "quadro")
+_MEMORY_SUFFIXES = ("hbm3e", "hbm3", "hbm2e", "hbm2", "gddr6")
+
+
 def resolve_model_name(name: str) -> str | None:
-    """Canonical catalogue name for ``name`` (any spelling), or None if unknown."""
+    """Canonical catalogue name for ``name`` (any spelling), or None if unknown.
+
+    Accepts catalogue names, trace spellings (``V100M32``, ``a100-80gb``) and NVML
+    marketing names (``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-80GB``,
+    ``Tesla V100-SXM2-16GB``): vendor prefixes and memory-type suffixes are dropped.
+    """
     if name in CATALOG:
         return name
-    return _ALIASES.get(_key(name))
+    key = _key(name)
+    if key in _ALIASES:
+        return _ALIASES[key]
+    for prefix in _VENDOR_PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    for suffix in _MEMORY_SUFFIXES:
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+            break
+    return _ALIASES.get(key)
 
 
 def gpu_model(name: str) -> GpuModel:

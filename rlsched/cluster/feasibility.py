@@ -107,7 +107,7 @@ def named_layouts(model: GpuModel) -> dict[str, tuple[str, ...]]:
     one, two, three, four, seven = by_g[1], by_g[2], by_g[3], by_g[4], by_g[7]
     return {
         "all-1g": (one.name,) * one.max_count,
-        "all-2g": (two.name,) * two.max_count + (one.name,),
+        "all-2g": (two.name,) * two.max_count,
         "all-3g": (three.name,) * three.max_count,
         "balanced": (one.name, one.name, two.name, three.name),
         "mixed-4-3": (four.name, three.name),

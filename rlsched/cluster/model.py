@@ -470,7 +470,7 @@ class ClusterState:
         return sum(p.capacity_gpus() for p in self.pools.values())
 
     def allocated_gpus(self) -> float:
-        """GPUs in use, counting a MIG slice as its compute share and a replica as 1/N."""
+        """GPUs in use: a MIG slice counts its compute share, a time-sliced GPU with any job counts 1."""
         used = 0.0
         for node in self.nodes.values():
             if not node.jobs:

@@ -55,7 +55,10 @@ def parse_cluster(spec: str) -> list[PoolSpec]:
 
 
 def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
-    m = _GROUP.match(group)
+    m = _GROUP.match(group.strip())
+    if m is None and ":" in group:
+        kind, _, rest = group.partition(":")
+        m = _GROUP.match(f"{kind.lower()}:{rest}")
     if m is None:
         raise ClusterSpecError("does not parse; expected [KIND:][MIN-]NODESxGPUSxMODEL[/mig|/ts=N|...]")
     kind_s = (m["kind"] or "onprem").lower()

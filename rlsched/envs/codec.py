@@ -39,7 +39,7 @@ from gymnasium import spaces
 
 from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import named_layouts, pack_layout, pool_candidates, reconfigure_check
-from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Placement, Pool, PoolKind, Sharing
+from rlsched.cluster.model import ClusterState, Gpu, JobRun, Node, NodeStatus, Placement, Pool, PoolKind, Sharing
 from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
@@ -112,15 +112,17 @@ _log1p = math.log1p
 class _PoolCache:
     """What the codec knows about one pool slot between invalidations."""
 
-    __slots__ = ("can_down", "can_up", "dirty", "feas", "held", "layouts", "pool", "price", "ready_gpus",
-                 "reconf", "row")
+    __slots__ = ("can_down", "can_up", "dirty", "feas", "held", "index", "layout_keys", "layouts", "pool",
+                 "price", "ready_gpus", "reconf")
 
-    def __init__(self, pool: Pool, layouts: list[tuple[str, ...] | None]) -> None:
+    def __init__(self, index: int, pool: Pool, layouts: list[tuple[str, ...] | None]) -> None:
+        self.index = index
         self.pool = pool
         self.layouts = layouts
+        self.layout_keys = [tuple(sorted(lay)) if lay is not None else None for lay in layouts]
         self.dirty = True
-        self.row: list[float] = []
-        self.feas: dict[tuple[Any, ...], bool] = {}
+        #: request-shape id -> can it be placed now (pool_candidates non-empty)
+        self.feas: dict[int, bool] = {}
         self.reconf: list[bool] = []
         self.can_up = False
         self.can_down = False
@@ -145,6 +147,10 @@ class ObservationCodec:
     * ``K*P + p*L + l``: reconfigure one idle GPU of MIG pool ``p`` to layout ``l``;
     * ``K*P + P*L + 2*p``: scale pool ``p`` up by one node, ``+1``: down by one node;
     * ``K*P + P*L + 2*P``: wait (let time advance).
+
+    Every feature is bounded by construction (fractions, one-hots, ``log1p`` of
+    hours or counts), well inside the observation space's +-50 for any input
+    below 1e20 seconds.
     """
 
     def __init__(self, window: int = 16, max_pools: int = 4, layouts: int = 6) -> None:
@@ -171,21 +177,31 @@ class ObservationCodec:
             }
         )
         self.action_space = spaces.Discrete(self.n_actions)
-        self._jobs = np.zeros((k, fj), dtype=np.float32)
         self._pools = np.zeros((p, fp), dtype=np.float32)
-        self._globals = np.zeros((g,), dtype=np.float32)
-        self._mask = np.zeros(self.n_actions, dtype=bool)
+        #: legality of reconfigure/scale/wait actions (the part of the mask after the place block)
+        self._tail = np.zeros(self.n_actions - k * p, dtype=bool)
+        self._tail[-1] = True
+        # Job rows live in a store indexed by a per-job slot; row 0 stays zero (padding).
+        self._store = np.zeros((64, _F_DYNAMIC), dtype=np.float32)
+        self._free_rows: list[int] = list(range(63, 0, -1))
+        self._job_row: dict[str, list[Any]] = {}  # job id -> [store row, epoch, shape id]
+        # Feasibility per request-shape id (row 0 = padding, all zero) and pool slot.
+        self._feas = np.zeros((16, p), dtype=np.float32)
+        self._shape_ids: dict[tuple[Any, ...], int] = {}
         self._state: ClusterState | None = None
         self._tracked = False
+        self._clean = False
         self._slots: list[_PoolCache] = []
         self._all_pools: list[Pool] = []
         self._epoch = 0
-        self._synced_epoch = -1
-        self._rows: dict[str, tuple[int, list[float], tuple[Any, ...]]] = {}
-        self._static: dict[str, tuple[list[float], tuple[Any, ...]]] = {}
-        self._window_runs: list[JobRun] = []
-        self._window_keys: list[tuple[Any, ...]] = []
+        self._window_epoch = -1
         self._window_dirty = True
+        self._window_runs: list[JobRun] = []
+        self._row_idx = np.zeros(window, dtype=np.intp)
+        self._shape_idx = np.zeros(window, dtype=np.intp)
+        self._window_shapes: list[int] = []
+        self._gpu_layouts: dict[Gpu, tuple[list[Any], tuple[str, ...]]] = {}
+        self._reconf_memo: dict[tuple[int, tuple[str, ...], int], bool] = {}
         self._arrival_rate = 0.0  # GPUs per hour, decayed to _arrival_t
         self._arrival_t = 0.0
 
@@ -238,15 +254,17 @@ class ObservationCodec:
     def invalidate(self, pool: str | None = None) -> None:
         """Mark ``pool`` (None = every pool, and time) as changed since the last call.
 
-        After ``Engine.apply`` only the pool the decision touched changes (time
-        does not move); after ``Engine.advance`` anything may have changed.
+        After ``Engine.apply`` only the pool the decision touched (and the queue)
+        changes, since time does not move; after ``Engine.advance`` anything may
+        have changed. Unknown or uncontrolled pool names only refresh the queue.
         """
+        self._clean = False
+        self._window_dirty = True
         if pool is None:
             self._epoch += 1
             for slot in self._slots:
                 slot.dirty = True
             return
-        self._window_dirty = True
         for slot in self._slots:
             if slot.pool.name == pool:
                 slot.dirty = True
@@ -270,19 +288,27 @@ class ObservationCodec:
         pools = list(state.pools.values())
         self._all_pools = pools
         self._slots = []
-        for pool in pools[: self.max_pools]:
+        for i, pool in enumerate(pools[: self.max_pools]):
             named = named_layouts(pool.spec.model) if pool.spec.sharing is Sharing.MIG else {}
             layouts: list[tuple[str, ...] | None] = []
             for name in LAYOUT_ORDER[: self.layouts]:
                 lay = named.get(name)
                 layouts.append(lay if lay is not None and pack_layout(pool.spec.model, lay) is not None else None)
             layouts += [None] * (self.layouts - len(layouts))
-            self._slots.append(_PoolCache(pool, layouts))
+            self._slots.append(_PoolCache(i, pool, layouts))
+        self._pools[:] = 0.0
+        self._tail[:] = False
+        self._tail[-1] = True
         self._epoch += 1
-        self._synced_epoch = -1
-        self._rows.clear()
-        self._static.clear()
         self._window_dirty = True
+        self._clean = False
+        self._store[:] = 0.0
+        self._free_rows = list(range(len(self._store) - 1, 0, -1))
+        self._job_row = {}
+        self._feas[:] = 0.0
+        self._shape_ids = {}
+        self._gpu_layouts = {}
+        self._reconf_memo = {}
 
     def _sync(self, state: ClusterState) -> None:
         """Bring every cache up to date for ``state``."""
@@ -291,14 +317,25 @@ class ObservationCodec:
             self._tracked = False
         elif not self._tracked:
             self.invalidate(None)
+        elif self._clean:
+            return
         now = state.time
         for slot in self._slots:
             if slot.dirty:
                 self._refresh_pool(slot, state, now)
-        if self._synced_epoch != self._epoch or self._window_dirty:
+        if self._window_dirty:
             self._refresh_window(state, now)
-            self._synced_epoch = self._epoch
             self._window_dirty = False
+        # Feasibility of the window's request shapes in pools refreshed since they were last asked.
+        feas = self._feas
+        for sid, run in zip(self._window_shapes, self._window_runs, strict=True):
+            for slot in self._slots:
+                f = slot.feas
+                if sid not in f:
+                    ok = bool(pool_candidates(slot.pool, run.job, now, first=True))
+                    f[sid] = ok
+                    feas[sid, slot.index] = 1.0 if ok else 0.0
+        self._clean = True
 
     def _refresh_pool(self, slot: _PoolCache, state: ClusterState, now: float) -> None:
         pool = slot.pool
@@ -306,6 +343,8 @@ class ObservationCodec:
         mig = spec.sharing is Sharing.MIG
         held = ready = prov = free_whole = free_mig = 0
         idle_node = False
+        # first idle, open GPU per distinct current layout (MIG pools): reconfiguration candidates
+        idle_by_layout: dict[tuple[str, ...], tuple[Node, Gpu]] = {}
         for node in pool.nodes.values():
             held += 1
             st = node.status
@@ -317,9 +356,17 @@ class ObservationCodec:
                 if mig:
                     for gpu in node.gpus:
                         if gpu.busy_until <= now and gpu.healthy:
-                            for s in gpu.slices:
-                                if s.holder is None:
-                                    free_mig += s.profile.compute_slices
+                            all_free = not gpu.holders
+                            for sl in gpu.slices:
+                                if sl.holder is None:
+                                    free_mig += sl.profile.compute_slices
+                                else:
+                                    all_free = False
+                            # Two distinct current layouts already give every target a candidate.
+                            if all_free and len(idle_by_layout) < 2:
+                                key = self._gpu_layout_key(gpu)
+                                if key not in idle_by_layout:
+                                    idle_by_layout[key] = (node, gpu)
             elif st is _PROVISIONING:
                 prov += 1
                 idle_node = True
@@ -348,90 +395,134 @@ class ObservationCodec:
         row[15] = min(reclaim, _BOUND)
         row[16] = 1.0 if slot.can_up else 0.0
         row[17] = 1.0 if slot.can_down else 0.0
-        slot.row = row
+        self._pools[slot.index] = row
         slot.held = held
         slot.ready_gpus = ready * spec.gpus_per_node
         slot.price = price
         slot.feas.clear()
-        reconf = [False] * self.layouts
-        if mig and ready:
-            # reconfigure_check is the authority; the pre-filter only skips GPUs it would refuse anyway.
+        n_l = self.layouts
+        reconf = [False] * n_l
+        if idle_by_layout:
+            # The pre-filter (ready, open, idle, layout differs) only picks the GPU to ask;
+            # reconfigure_check has the final word. For a GPU that passed the pre-filter its
+            # answer depends only on (model, current layout, target), so it is memoised on that.
+            memo = self._reconf_memo
+            model = id(spec.model)  # GpuModel's own hash walks its whole profile table
             for li, lay in enumerate(slot.layouts):
                 if lay is None:
                     continue
-                for node in pool.nodes.values():
-                    if node.status is not _READY:
+                target = slot.layout_keys[li]
+                for key, (node, gpu) in idle_by_layout.items():
+                    if key == target:
                         continue
-                    hit = False
-                    for gpu in node.gpus:
-                        if gpu.holders or gpu.busy_until > now:
-                            continue
-                        if reconfigure_check(state, node.id, gpu.index, lay) is None:
-                            hit = True
-                            break
-                    if hit:
-                        reconf[li] = True
-                        break
+                    mk = (model, key, li)
+                    ok = memo.get(mk)
+                    if ok is None:
+                        ok = reconfigure_check(state, node.id, gpu.index, lay) is None
+                        memo[mk] = ok
+                    reconf[li] = ok
+                    break
         slot.reconf = reconf
+        base = slot.index * n_l
+        tail = self._tail
+        if n_l:
+            tail[base: base + n_l] = reconf
+        so = self.max_pools * n_l + 2 * slot.index
+        tail[so] = slot.can_up
+        tail[so + 1] = slot.can_down
         slot.dirty = False
 
-    def _feasible(self, slot: _PoolCache, run: JobRun, key: tuple[Any, ...], now: float) -> bool:
-        found = slot.feas.get(key)
-        if found is None:
-            found = bool(pool_candidates(slot.pool, run.job, now, first=True))
-            slot.feas[key] = found
-        return found
+    def _gpu_layout_key(self, gpu: Gpu) -> tuple[str, ...]:
+        """Sorted profile names of ``gpu``'s instances, cached until its slices are replaced."""
+        cached = self._gpu_layouts.get(gpu)
+        slices = gpu.slices
+        if cached is not None and cached[0] is slices:
+            return cached[1]
+        key = tuple(sorted(s.profile.name for s in slices))
+        self._gpu_layouts[gpu] = (slices, key)
+        return key
+
+    def _idle_mig_gpus(self, pool: Pool, now: float) -> list[tuple[Node, Gpu, tuple[str, ...]]]:
+        """Ready, open, idle MIG GPUs of ``pool`` with their layout keys, least-loaded node first."""
+        out = []
+        for node in pool.nodes.values():
+            if node.status is not _READY:
+                continue
+            for gpu in node.gpus:
+                if gpu.holders or gpu.busy_until > now or not gpu.healthy:
+                    continue
+                if any(s.holder is not None for s in gpu.slices):
+                    continue
+                out.append((node, gpu, self._gpu_layout_key(gpu)))
+        out.sort(key=lambda t: (len(t[0].jobs), t[0].id, t[1].index))
+        return out
+
+    def _shape_id(self, key: tuple[Any, ...]) -> int:
+        sid = self._shape_ids.get(key)
+        if sid is None:
+            sid = len(self._shape_ids) + 1
+            self._shape_ids[key] = sid
+            if sid >= len(self._feas):
+                grown = np.zeros((2 * len(self._feas), self.max_pools), dtype=np.float32)
+                grown[: len(self._feas)] = self._feas
+                self._feas = grown
+        return sid
+
+    def _new_row(self) -> int:
+        if not self._free_rows:
+            n = len(self._store)
+            grown = np.zeros((2 * n, _F_DYNAMIC), dtype=np.float32)
+            grown[:n] = self._store
+            self._store = grown
+            self._free_rows = list(range(2 * n - 1, n - 1, -1))
+        return self._free_rows.pop()
 
     def _refresh_window(self, state: ClusterState, now: float) -> None:
         runs = list(islice(state.queue.values(), self.window))
         epoch = self._epoch
-        rows = self._rows
-        if len(rows) > 4 * self.window + 64:
+        job_row = self._job_row
+        if len(job_row) > 4 * self.window + 64:
             live = {r.job.job_id for r in runs}
-            for jid in [j for j in rows if j not in live]:
-                del rows[jid]
-        if len(self._static) > 4096:
-            self._static.clear()
+            for jid in [j for j in job_row if j not in live]:
+                self._free_rows.append(job_row.pop(jid)[0])
+        store = self._store
         est = state.estimator.estimate
-        keys: list[tuple[Any, ...]] = []
-        for run in runs:
+        row_idx = self._row_idx
+        shape_idx = self._shape_idx
+        shapes: list[int] = []
+        for i, run in enumerate(runs):
             job = run.job
-            jid = job.job_id
-            cached = rows.get(jid)
-            if cached is not None and cached[0] == epoch:
-                keys.append(cached[2])
-                continue
-            st = self._static.get(jid)
-            if st is None:
-                frac = job.gpu_demand
-                st = (
-                    [1.0, math.log2(max(job.num_gpus, 1)) + 1.0, frac if job.fractional else 1.0,
-                     1.0 if job.fractional else 0.0],
-                    (run.shape, job.cpus, job.mem_mib),
-                )
-                self._static[jid] = st
-            e = est(job)
-            wait = run.queued_s + (now - run.enqueued_at)
-            dl = job.deadline
-            if dl is None:
-                slack = 0.0
-            else:
-                s = (dl - now - e) / 3600.0
-                slack = _log1p(s) if s >= 0 else -_log1p(-s)
-            row = [
-                *st[0],
-                _log1p(e / 3600.0),
-                _log1p(max(wait, 0.0) / 3600.0),
-                math.tanh(job.priority / 2.0),
-                1.0 if job.preemptible else 0.0,
-                slack,
-                _log1p(run.attained / 3600.0),
-                _log1p(run.restarts),
-            ]
-            rows[jid] = (epoch, row, st[1])
-            keys.append(st[1])
+            entry = job_row.get(job.job_id)
+            if entry is None:
+                r = self._new_row()
+                store = self._store
+                sid = self._shape_id((run.shape, job.cpus, job.mem_mib))
+                store[r, :4] = (1.0, math.log2(max(job.num_gpus, 1)) + 1.0,
+                                job.gpu_demand if job.fractional else 1.0, 1.0 if job.fractional else 0.0)
+                store[r, 6:8] = (math.tanh(job.priority / 2.0), 1.0 if job.preemptible else 0.0)
+                entry = [r, -1, sid]
+                job_row[job.job_id] = entry
+            if entry[1] != epoch:
+                e = est(job)
+                wait = run.queued_s + (now - run.enqueued_at)
+                dl = job.deadline
+                if dl is None:
+                    slack = 0.0
+                else:
+                    s = (dl - now - e) / 3600.0
+                    slack = _log1p(s) if s >= 0 else -_log1p(-s)
+                r = entry[0]
+                store[r, 4:6] = (_log1p(e / 3600.0), _log1p(max(wait, 0.0) / 3600.0))
+                store[r, 8:] = (slack, _log1p(run.attained / 3600.0), _log1p(run.restarts))
+                entry[1] = epoch
+            row_idx[i] = entry[0]
+            shape_idx[i] = entry[2]
+            shapes.append(entry[2])
+        n = len(runs)
+        row_idx[n:] = 0
+        shape_idx[n:] = 0
         self._window_runs = runs
-        self._window_keys = keys
+        self._window_shapes = shapes
 
     # ------------------------------------------------------------------ public
     def encode(self, state: ClusterState) -> dict[str, np.ndarray]:
@@ -439,23 +530,9 @@ class ObservationCodec:
         self._sync(state)
         now = state.time
         slots = self._slots
-        jobs = self._jobs
-        n = len(self._window_runs)
-        rows = self._rows
-        out_rows = []
-        for run, key in zip(self._window_runs, self._window_keys, strict=True):
-            base = rows[run.job.job_id][1]
-            out_rows.append(base + [1.0 if self._feasible(s, run, key, now) else 0.0 for s in slots]
-                            + [0.0] * (self.max_pools - len(slots)))
-        if n:
-            jobs[:n] = out_rows
-        jobs[n:] = 0.0
-        pools = self._pools
-        for i, slot in enumerate(slots):
-            pools[i] = slot.row
-        pools[len(slots):] = 0.0
-        g = self._globals
-        queue = state.queue
+        jobs = np.empty((self.window, _F_DYNAMIC + self.max_pools), dtype=np.float32)
+        jobs[:, :_F_DYNAMIC] = self._store.take(self._row_idx, axis=0)
+        jobs[:, _F_DYNAMIC:] = self._feas.take(self._shape_idx, axis=0)
         total = 0.0
         for shape, count in state.queue_shapes.items():
             ng, milli = shape[0], shape[1]
@@ -463,23 +540,29 @@ class ObservationCodec:
         in_window = 0.0
         for run in self._window_runs:
             in_window += run.job.gpu_demand
-        capacity = sum(s.ready_gpus for s in slots) + self._uncontrolled_capacity()
-        cost_rate = sum(s.held * s.pool.spec.gpus_per_node * s.price for s in slots)
-        tod = now % _DAY_S
-        if state.demand_forecast:
-            demand = sum(state.demand_forecast.values())
-        else:
-            demand = self._decayed_rate(now)
-        g[0] = _log1p(len(queue))
-        g[1] = _log1p(max(total - in_window, 0.0))
-        g[2] = _log1p(len(state.running))
-        g[3] = min(state.allocated / capacity, 1.0) if capacity > 0 else 0.0
-        g[4] = math.sin(tod * _TWO_PI_PER_DAY)
-        g[5] = math.cos(tod * _TWO_PI_PER_DAY)
-        g[6] = _log1p(max(demand, 0.0))
-        g[7] = _log1p(max(cost_rate, 0.0))
-        np.clip(jobs, -_BOUND, _BOUND, out=jobs)
-        return {"jobs": jobs.copy(), "pools": pools.copy(), "globals": g.copy()}
+        capacity = 0
+        cost_rate = 0.0
+        for s in slots:
+            capacity += s.ready_gpus
+            cost_rate += s.held * s.pool.spec.gpus_per_node * s.price
+        if len(self._all_pools) > self.max_pools:
+            capacity += self._uncontrolled_capacity()
+        tod = (now % _DAY_S) * _TWO_PI_PER_DAY
+        demand = sum(state.demand_forecast.values()) if state.demand_forecast else self._decayed_rate(now)
+        g = np.array(
+            (
+                _log1p(len(state.queue)),
+                _log1p(max(total - in_window, 0.0)),
+                _log1p(len(state.running)),
+                min(state.allocated / capacity, 1.0) if capacity > 0 else 0.0,
+                math.sin(tod),
+                math.cos(tod),
+                _log1p(max(demand, 0.0)),
+                _log1p(max(cost_rate, 0.0)),
+            ),
+            dtype=np.float32,
+        )
+        return {"jobs": jobs, "pools": self._pools.copy(), "globals": g}
 
     def _uncontrolled_capacity(self) -> int:
         extra = 0
@@ -492,42 +575,15 @@ class ObservationCodec:
     def mask(self, state: ClusterState) -> np.ndarray:
         """Legal actions of ``state`` (bool array; wait is always legal)."""
         self._sync(state)
-        m = self._mask
-        m[:] = False
-        now = state.time
-        p_slots = self.max_pools
-        slots = self._slots
-        for k, (run, key) in enumerate(zip(self._window_runs, self._window_keys, strict=True)):
-            base = k * p_slots
-            for p, slot in enumerate(slots):
-                if self._feasible(slot, run, key, now):
-                    m[base + p] = True
-        n_l = self.layouts
-        off = self.reconfigure_offset
-        so = self.scale_offset
-        for p, slot in enumerate(slots):
-            if n_l and True in slot.reconf:
-                m[off + p * n_l: off + (p + 1) * n_l] = slot.reconf
-            if slot.can_up:
-                m[so + 2 * p] = True
-            if slot.can_down:
-                m[so + 2 * p + 1] = True
-        m[self.wait_action] = True
-        return m.copy()
+        place = self._feas.take(self._shape_idx, axis=0).ravel() > 0.0
+        return np.concatenate((place, self._tail))
 
     def only_wait(self, state: ClusterState) -> bool:
         """True if waiting is the only legal action (cheaper than :meth:`mask`)."""
         self._sync(state)
-        slots = self._slots
-        for slot in slots:
-            if slot.can_up or slot.can_down or True in slot.reconf:
-                return False
-        now = state.time
-        for run, key in zip(self._window_runs, self._window_keys, strict=True):
-            for slot in slots:
-                if self._feasible(slot, run, key, now):
-                    return False
-        return True
+        if self._tail[:-1].any():
+            return False
+        return not self._feas.take(self._shape_idx, axis=0).any()
 
     def decode(self, action: int, state: ClusterState) -> Decision | None:
         """The decision an action stands for, or None for wait.
@@ -561,16 +617,11 @@ class ObservationCodec:
             lay = self._layouts_for(pool)[li]
             if lay is None:
                 return Reconfigure("", 0, ())
-            best_gpu: tuple[int, str, int] | None = None
-            for node in pool.nodes.values():
-                for gpu in node.gpus:
-                    if reconfigure_check(state, node.id, gpu.index, lay) is None:
-                        cand = (len(node.jobs), node.id, gpu.index)
-                        if best_gpu is None or cand < best_gpu:
-                            best_gpu = cand
-            if best_gpu is None:
-                return Reconfigure("", 0, lay)
-            return Reconfigure(best_gpu[1], best_gpu[2], lay)
+            target = tuple(sorted(lay))
+            for node, gpu, key in self._idle_mig_gpus(pool, state.time):
+                if key != target and reconfigure_check(state, node.id, gpu.index, lay) is None:
+                    return Reconfigure(node.id, gpu.index, lay)
+            return Reconfigure("", 0, lay)
         p, down = divmod(a - self.scale_offset, 2)
         name = pools[p].name if p < len(pools) else ""
         return Scale(name, -1 if down else 1)

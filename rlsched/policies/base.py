@@ -18,8 +18,10 @@ import difflib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from rlsched.cluster.decisions import Decision, Place, WakeAt
-from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Placement, PoolKind, Sharing
+from rlsched.cluster.catalog import GpuModel
+from rlsched.cluster.decisions import Decision, Place, Reconfigure, WakeAt
+from rlsched.cluster.feasibility import named_layouts, pool_allows, profile_for, reconfigure_check
+from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Placement, Pool, PoolKind, Sharing
 from rlsched.errors import ScenarioError
 from rlsched.policies.autoscale import QueueAutoscaler
 from rlsched.policies.placement import PlacementRule, first_fit
@@ -100,6 +102,8 @@ class QueueHeuristic:
     blocked_needed: int = 0
     #: seconds between two autoscaler scans of the queue.
     scale_interval_s: float = 30.0
+    #: reconfigure idle MIG GPUs for blocked jobs whose profile has no free instance (dynamic MIG).
+    mig_reconfigure: bool = True
 
     def __init__(self, *, placement: PlacementRule = first_fit, autoscaler: QueueAutoscaler | None = None,
                  backfill: bool | None = None) -> None:
@@ -108,10 +112,12 @@ class QueueHeuristic:
         if backfill is not None:
             self.backfill = backfill
         self._elastic = False
+        self._mig = False
         self._next_scale = -float("inf")
 
     def reset(self, state: ClusterState) -> None:
         self._elastic = any(p.spec.kind.elastic for p in state.pools.values())
+        self._mig = self.mig_reconfigure and any(p.spec.sharing is Sharing.MIG for p in state.pools.values())
         self._next_scale = -float("inf")
         self.autoscaler.reset(state)
 
@@ -134,7 +140,7 @@ class QueueHeuristic:
         # The autoscaler looks at the queue every ``scale_interval_s`` (like a cluster autoscaler's
         # scan period), not at every event: sizing capacity needs a view, not a reflex.
         scale_now = self._elastic and state.time >= self._next_scale
-        cap = max(self.scale_scan if scale_now else 0, self.blocked_needed)
+        cap = max(self.scale_scan if scale_now else 0, self.blocked_needed, 8 if self._mig else 0)
         failed: set[tuple[object, ...]] = set()
         blocked: list[JobRun] = []
         n_shapes = len(state.queue_shapes)
@@ -165,15 +171,78 @@ class QueueHeuristic:
                 continue
             yield Place(job.job_id, placement)
         if blocked:
+            if self.mig_reconfigure:
+                yield from mig_reconfigurations(state, blocked)
             yield from self.extra_decisions(state, blocked)
             if scale_now:
                 self._next_scale = state.time + self.scale_interval_s
                 yield from self.autoscaler.decide(state, blocked)
-        elif self._elastic and not scale_now and state.queue and not state.running and not any(
+        if self._elastic and not scale_now and state.queue and not state.running and not any(
             n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
         ):
             # Jobs wait, the scan was skipped and nothing else will wake us: look again soon.
             yield WakeAt(self._next_scale)
+
+
+def mig_reconfigurations(state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
+    """Dynamic MIG: re-split idle GPUs for blocked jobs whose profile no free instance offers.
+
+    For each blocked fractional (or whole-GPU) request on a MIG pool, if no free
+    instance of its profile exists, one idle MIG GPU of that pool is reconfigured
+    to the named layout with the most instances of the profile. At most one GPU per
+    (pool, profile) per pass, and only idle GPUs (a layout change destroys every
+    instance), so running work is never disrupted.
+    """
+    done: set[tuple[str, str]] = set()
+    mig_pools = [p for p in state.pools.values() if p.spec.sharing is Sharing.MIG]
+    if not mig_pools:
+        return
+    for run in blocked:
+        for pool in mig_pools:
+            if not pool_allows(run.job, pool.spec):
+                continue
+            prof = profile_for(pool.spec.model, run.job.num_gpus, run.job.gpu_milli)
+            if prof is None or (pool.name, prof.name) in done:
+                continue
+            done.add((pool.name, prof.name))
+            if _has_free_instance(pool, prof.name, state.time):
+                continue
+            layout = _layout_for(pool.spec.model, prof.name)
+            if layout is None:
+                continue
+            for node in pool.nodes.values():
+                if not node.ready:
+                    continue
+                target = next((g for g in node.gpus if g.idle() and g.busy_until <= state.time
+                               and reconfigure_check(state, node.id, g.index, layout) is None), None)
+                if target is not None:
+                    yield Reconfigure(node.id, target.index, layout)
+                    break
+            else:
+                continue
+            break
+
+
+def _has_free_instance(pool: Pool, profile: str, now: float) -> bool:
+    for node in pool.nodes.values():
+        if not node.ready:
+            continue
+        for g in node.gpus:
+            if g.busy_until > now or not g.healthy:
+                continue
+            for s in g.slices:
+                if s.holder is None and s.profile.name == profile:
+                    return True
+    return False
+
+
+def _layout_for(model: GpuModel, profile: str) -> tuple[str, ...] | None:
+    best: tuple[str, ...] | None = None
+    for layout in named_layouts(model).values():
+        n = layout.count(profile)
+        if n and (best is None or n > best.count(profile)):
+            best = layout
+    return best
 
 
 def has_free_capacity(state: ClusterState) -> bool:

@@ -161,6 +161,7 @@ class Engine:
         self._last_t = self.now
         self._last_completion = self.now
         self._last_progress = self.now
+        self._last_avail: dict[str, int | None] = {}
         self.preemptions = 0
         self._span_hint = (self.jobs[-1].submit_time - self.t0) if self.jobs else 0.0
         self.timeline = Timeline(nodes={p.name: [] for p in self.pool_specs})
@@ -410,12 +411,14 @@ class Engine:
         st = self.state
         job = run.job
         work = self._progress(run)
+        # A checkpoint never shrinks: a job stopped again while repaying its restart
+        # overhead (work < checkpointed) still resumes from its last checkpoint.
         if graceful:
-            kept = work
+            kept = max(work, run.checkpointed)
         else:
             ci = job.checkpoint_interval if job.checkpoint_interval is not None else self.config.checkpoint_interval_s
             kept = math.floor(max(work, 0.0) / ci) * ci if ci > 0 else 0.0
-            kept = max(kept, min(work, run.checkpointed))
+            kept = max(kept, run.checkpointed)
         lost = max(work - kept, 0.0)
         run.lost_gpu_seconds += lost * job.gpu_demand
         run.attained += (self.now - run.started_at) * job.gpu_demand
@@ -456,14 +459,15 @@ class Engine:
     def _schedule_idle_check(self, node: Node) -> None:
         spec = self.state.pools[node.pool].spec
         if spec.kind.elastic and spec.idle_stop_s >= 0:
-            self._push(self.now + spec.idle_stop_s, _IDLE_CHECK, node)
+            # At least one second later, so a scheduler always sees a node before it can be stopped idle.
+            self._push(self.now + max(spec.idle_stop_s, 1.0), _IDLE_CHECK, node)
 
     def _idle_check(self, node: Node) -> bool:
         st = self.state
         if node.id not in st.nodes or not node.ready or node.jobs:
             return False
         pool = st.pools[node.pool]
-        if node.idle_since + pool.spec.idle_stop_s > self.now + 1e-9:
+        if node.idle_since + max(pool.spec.idle_stop_s, 1.0) > self.now + 1e-9:
             return False
         if len(pool.nodes) <= pool.spec.min_nodes:
             return False
@@ -493,6 +497,12 @@ class Engine:
             if run is not None:
                 self._stop(run, graceful=False, reason=reason)
         self._remove_node(node)
+        # A pool with a minimum size asks the market for replacements, as a managed
+        # instance group does; availability may refuse them for now.
+        pool = st.pools[node.pool]
+        missing = pool.spec.min_nodes - len(pool.nodes)
+        if missing > 0:
+            self._scale(pool.name, missing)
 
     def _schedule_availability(self, spec: PoolSpec, t: float) -> None:
         changes = self.market.availability_changes(spec, self._mt(t), self._mt(t) + _AVAIL_HORIZON_S)
@@ -501,10 +511,17 @@ class Engine:
         self._push(t + _AVAIL_HORIZON_S, _AVAIL, spec, 1)
 
     def _availability(self, spec: PoolSpec) -> bool:
+        """Apply a change of spot availability; any change is a decision point.
+
+        A drop below what the pool holds reclaims the excess (provisioning nodes
+        first, then the newest ready ones); a rise lets a waiting policy buy again.
+        """
         pool = self.state.pools[spec.name]
         avail = self.market.spot_available(spec, self._mt(self.now))
+        changed = self._last_avail.get(spec.name) != avail
+        self._last_avail[spec.name] = avail
         if avail is None or len(pool.nodes) <= avail:
-            return False
+            return changed
         excess = len(pool.nodes) - avail
         victims = sorted(pool.nodes.values(), key=lambda n: (n.status is NodeStatus.READY, -n.requested_at))
         for node in victims[:excess]:
@@ -587,6 +604,7 @@ class Engine:
                 node = st.add_node(pool_name, self.now, self.now + spec.provision_delay_s)
                 if spec.provision_delay_s <= 0:
                     self._on_node_ready(node)
+                    self._push(self.now, _WAKE, None)  # new capacity now: a decision point
                 else:
                     self._push(node.ready_at, _NODE_READY, node)
             return None

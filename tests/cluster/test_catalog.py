@@ -141,11 +141,6 @@ def test_profile_lookup_names_legal_profiles() -> None:
         gpu_model("H100-80GB").profile("1g.5gb")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: NVML/nvidia-smi device names (e.g. 'NVIDIA A100-SXM4-80GB', 'NVIDIA H100 80GB HBM3') do not "
-    "resolve; catalog.py _ALIASES has no 'nvidia...' / '...hbm3' keys although the module promises vendor spellings",
-)
 @pytest.mark.parametrize(
     ("nvml_name", "canonical"),
     [("NVIDIA A100-SXM4-80GB", "A100-80GB"), ("NVIDIA H100 80GB HBM3", "H100-80GB")],

@@ -82,14 +82,17 @@ class Greedy:
     """Place queued jobs in submission order at their first candidate; optionally buy nodes.
 
     ``scale``: elastic pools (in order) to grow by one node when a queued job fits nowhere
-    and nothing is provisioning. ``hook(state)`` may yield extra decisions first.
+    and nothing is provisioning (at most ``max_scales`` times). ``hook(state)`` may yield extra
+    decisions first.
     """
 
     name = "greedy"
 
     def __init__(self, scale: Sequence[str] = (),
-                 hook: Callable[[ClusterState], Iterator[Decision]] | None = None) -> None:
+                 hook: Callable[[ClusterState], Iterator[Decision]] | None = None, max_scales: int = 10**9) -> None:
         self.scale = list(scale)
+        self.max_scales = max_scales
+        self.scales = 0
         self.hook = hook
         self.calls: list[float] = []
 
@@ -109,7 +112,8 @@ class Greedy:
                 yield Place(run.job.job_id, c[0])
             else:
                 blocked.append(run)
-        if not blocked or any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
+        provisioning = any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values())
+        if not blocked or self.scales >= self.max_scales or provisioning:
             return
         for name in self.scale:
             p = state.pools[name]
@@ -120,5 +124,6 @@ class Greedy:
             if q is not None and q.spot_available_nodes is not None:
                 room = min(room, q.spot_available_nodes - len(p.nodes))
             if room > 0:
+                self.scales += 1
                 yield Scale(name, 1)
                 return
