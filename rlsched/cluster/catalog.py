@@ -52,7 +52,7 @@ class MigProfile:
         return self.compute_slices / MIG_COMPUTE_SLICES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class GpuModel:
     """A GPU model: memory, relative speed and (if any) MIG profiles.
 
@@ -65,6 +65,11 @@ class GpuModel:
     memory_gb: int
     mig_profiles: tuple[MigProfile, ...] = ()
     speed: float = 1.0
+
+    def __hash__(self) -> int:
+        # Names are unique in the catalogue; hashing the whole profile table made every
+        # cached feasibility lookup (pack_layout, profile_for) pay for it.
+        return hash(self.name)
 
     @property
     def mig_capable(self) -> bool:

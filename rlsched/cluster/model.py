@@ -118,14 +118,21 @@ class Placement:
 class Slice:
     """A MIG GPU instance and the job (if any) holding it."""
 
-    __slots__ = ("gpu", "holder", "profile", "start", "uuid")
+    __slots__ = ("_uuid", "gpu", "holder", "profile", "start")
 
     def __init__(self, gpu: Gpu, profile: MigProfile, start: int) -> None:
         self.gpu = gpu
         self.profile = profile
         self.start = start
-        self.uuid = f"MIG-{_uuid.uuid5(_uuid.NAMESPACE_URL, f'{gpu.uuid}/{profile.name}/{start}')}"
+        self._uuid: str | None = None
         self.holder: str | None = None
+
+    @property
+    def uuid(self) -> str:
+        """A stable MIG UUID, derived lazily: reconfigurations are hot in simulation."""
+        if self._uuid is None:
+            self._uuid = f"MIG-{_uuid.uuid5(_uuid.NAMESPACE_URL, f'{self.gpu.uuid}/{self.profile.name}/{self.start}')}"
+        return self._uuid
 
 
 class Gpu:
@@ -141,13 +148,13 @@ class Gpu:
         "replicas",
         "sharing",
         "slices",
-        "uuid",
+        "_uuid",
     )
 
     def __init__(self, node: Node, index: int, model: GpuModel, sharing: Sharing, replicas: int) -> None:
         self.node = node
         self.index = index
-        self.uuid = f"GPU-{_uuid.uuid5(_uuid.NAMESPACE_URL, f'{node.id}/{index}')}"
+        self._uuid: str | None = None
         self.model = model
         self.sharing = sharing
         self.replicas = replicas if sharing is Sharing.TIMESLICE else 1
@@ -156,6 +163,13 @@ class Gpu:
         self.healthy = True
         #: MIG reconfiguration in progress until this time (no new work).
         self.busy_until = 0.0
+
+    @property
+    def uuid(self) -> str:
+        """A stable GPU UUID from node id and index, derived lazily: elastic nodes come and go."""
+        if self._uuid is None:
+            self._uuid = f"GPU-{_uuid.uuid5(_uuid.NAMESPACE_URL, f'{self.node.id}/{self.index}')}"
+        return self._uuid
 
     @property
     def mig(self) -> bool:
@@ -311,8 +325,8 @@ class MarketQuote:
 
 
 def queue_shape(job: Job) -> tuple[object, ...]:
-    """Jobs with equal keys fit in exactly the same places (request shape + spot eligibility)."""
-    return (*job.shape, job.preemptible)
+    """Jobs with equal keys fit in exactly the same places (request shape, host needs, spot eligibility)."""
+    return (*job.shape, job.cpus, job.mem_mib, job.preemptible)
 
 
 class ClusterState:
