@@ -212,7 +212,7 @@ class Plan:
             adopt=sum(1 for c in self.actionable if c.adopt),
             add=sum(1 for c in cfg if c.action is Action.CREATE),
             change=sum(1 for c in cfg if c.action is Action.UPDATE or c.action.is_replace()),
-            destroy=sum(1 for c in cfg if c.action is Action.DELETE) + sum(1 for c in gpus if c.action is Action.DELETE),
+            destroy=sum(1 for c in (*cfg, *gpus) if c.action is Action.DELETE),
             gpus_to_reconfigure=sum(1 for c in gpus if c.action in (Action.UPDATE, Action.REPLACE)),
             nodes_to_drain=len({c.node for c in self.actionable if c.disruptive and c.node}),
         )
@@ -278,7 +278,7 @@ def _natural(s: str) -> list[Any]:
 
 def format_duration(seconds: float) -> str:
     """``900`` -> ``15m``, ``90`` -> ``90s``, ``3600`` -> ``1h`` (the spelling specs use)."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s and s % 3600 == 0:
         return f"{s // 3600}h"
     if s and s % 60 == 0:
@@ -361,9 +361,9 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
         return sum(g.processes for g in n.gpus) if n is not None else 0
 
     # Disruption budgets: the spec's, and for pools only in state, the ones recorded there.
-    for rec in st.of_type("pool"):
-        d = rec.attributes.get("disruption") or {}
-        disruption[rec.name] = Disruption(int(d.get("max_unavailable", 1) or 1), float(d.get("drain_timeout_s", 900)))
+    for prec in st.of_type("pool"):
+        d = prec.attributes.get("disruption") or {}
+        disruption[prec.name] = Disruption(int(d.get("max_unavailable", 1) or 1), float(d.get("drain_timeout_s", 900)))
     for p in spec.pools.values():
         disruption[p.name] = Disruption(max(1, p.disruption.max_unavailable), p.disruption.drain_timeout_s)
 
@@ -380,13 +380,13 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
                 changes.append(Change(type_, name, name, Action.CREATE, None, attrs, depends_on=deps))
             elif _jsonable(rec.attributes) != attrs:
                 changes.append(Change(type_, name, name, Action.UPDATE, rec.attributes, attrs, depends_on=deps))
-        for rec in st.of_type(type_):
-            if rec.name in want:
+        for orec in st.of_type(type_):
+            if orec.name in want:
                 continue
-            if type_ == "pool" and (rec.attributes.get("lifecycle") or {}).get("prevent_destroy"):
-                diags.append(_prevent_destroy(f"pool.{rec.name}", "the plan destroys it (its block was removed)",
+            if type_ == "pool" and (orec.attributes.get("lifecycle") or {}).get("prevent_destroy"):
+                diags.append(_prevent_destroy(f"pool.{orec.name}", "the plan destroys it (its block was removed)",
                                               None))
-            changes.append(Change(type_, rec.name, rec.key, Action.DELETE, rec.attributes, None))
+            changes.append(Change(type_, orec.name, orec.key, Action.DELETE, orec.attributes, None))
 
     # 2. membership: which pool each spec node belongs to (one pool per node at most).
     member: dict[str, PoolDecl] = {}
@@ -442,7 +442,8 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
             have = gpu_declared(g)
             grec = st.get("gpu", g.uuid)
             obs = {"host": host, "index": g.index, "uuid": g.uuid, "name": g.name, "model": g.model}
-            deps = (f"node.{host}", f"pool.{pool.name}") + ((f"mig_layout.{pool.mig_layout}",) if pool.mig_layout else ())
+            layout_dep = (f"mig_layout.{pool.mig_layout}",) if pool.mig_layout else ()
+            deps = (f"node.{host}", f"pool.{pool.name}", *layout_dep)
             if grec is not None:
                 drift.extend(Drift(f"gpu.{grec.name}", k, grec.attributes.get(k), have[k]) for k in have
                              if _jsonable(grec.attributes.get(k)) != _jsonable(have[k]))
@@ -561,7 +562,7 @@ def _check_gpu(spec: Spec, pool: PoolDecl, host: str, g: GpuInfo, want: Mapping[
                                 f'pool "{pool.name}" declares a MIG layout but {g.name} ({host}) does not support MIG',
                                 pool.range))
     elif not legal_layout(model, names):
-        desc = ", ".join(f'{n} × "{p}"' for p, n in want["mig_layout"].items())
+        desc = ", ".join(f'{n} × "{p}"' for p, n in want["mig_layout"].items())  # noqa: RUF001
         diags.append(Diagnostic("error", "Invalid MIG layout",
                                 f"{desc} does not fit an {g.name} (mig_layout.{pool.mig_layout}, pool.{pool.name})",
                                 pool.range))

@@ -79,6 +79,8 @@ def _body_lines(c: Change) -> list[str]:
         items = [("-", "pool", fmt_value(before["pool"]))] if c.type == "node" and "pool" in before else []
     elif c.action in (Action.UPDATE, Action.REPLACE) or c.action.is_replace():
         keys = sorted(set(before) | set(after))
+        if c.type == "gpu" and after.get("mig_enabled") and before.get("mig_layout") != after.get("mig_layout"):
+            keys = ["mig_layout"]  # enabling MIG to get a layout: the reset is in the reasons, the layout is the news
         items = [("~", k, f"{fmt_value(before.get(k), k)} -> {fmt_value(after.get(k), k)}") for k in keys
                  if before.get(k) != after.get(k)]
     else:
@@ -86,7 +88,7 @@ def _body_lines(c: Change) -> list[str]:
     if not items:
         return [_head(c)]
     inline = "{ " + ", ".join(f"{s} {k} = {v}" for s, k, v in items) + " }"
-    if len(items) <= 2 and len(_head(c)) + len(inline) < 118:
+    if len(items) == 1 and len(_head(c)) + 1 + len(inline) <= 120:
         return [f"{_head(c)} {inline}"]
     width = max(len(k) for _, k, _ in items)
     return [f"{_head(c)} {{", *(f"      {s} {k:<{width}} = {v}" for s, k, v in items), "    }"]
@@ -113,6 +115,37 @@ def render_drift(plan: Plan) -> list[str]:
     return lines
 
 
+def _adoption_lines(run: list[Change]) -> list[str]:
+    """Adoptions of consecutive GPUs of one node collapse into one line (``gpu.h/0-7 (8 GPUs)``)."""
+    if len(run) < 3:
+        return [line for c in run for line in render_change(c)]
+    host = run[0].node
+    first, last = run[0].name.rsplit("/", 1)[1], run[-1].name.rsplit("/", 1)[1]
+    return [f"    # gpu.{host}/{first}-{last} ({len(run)} GPUs) will be adopted (layout already matches)"]
+
+
+def _render_changes(changes: list[Change]) -> list[str]:
+    out: list[str] = []
+    run: list[Change] = []
+    for c in changes:
+        if c.adopt and c.type == "gpu" and (not run or (run[-1].node == c.node and _next_index(run[-1], c))):
+            run.append(c)
+            continue
+        out.extend(_adoption_lines(run))
+        run = [c] if c.adopt and c.type == "gpu" else []
+        if not run:
+            out.extend(render_change(c))
+    out.extend(_adoption_lines(run))
+    return out
+
+
+def _next_index(a: Change, b: Change) -> bool:
+    try:
+        return int(b.name.rsplit("/", 1)[1]) == int(a.name.rsplit("/", 1)[1]) + 1
+    except ValueError:
+        return False
+
+
 def render_plan(plan: Plan) -> str:
     """The whole plan as text (without the "Saved plan" footer, which the CLI adds)."""
     out: list[str] = []
@@ -132,8 +165,7 @@ def render_plan(plan: Plan) -> str:
         out.append("")
     out.append("rlsched will perform the following actions:")
     out.append("")
-    for c in shown:
-        out.extend(render_change(c))
+    out.extend(_render_changes(shown))
     out.append("")
     out.append(plan.summary.line())
     return "\n".join(out) + "\n"
