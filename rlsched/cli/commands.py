@@ -1,5 +1,8 @@
 """Import every command module so that it registers on the app."""
 
+import rlsched.cli.backend_cmd
 import rlsched.cli.market_cmd
+import rlsched.cli.plan_cmd
 import rlsched.cli.simulate_cmd
+import rlsched.cli.spec_cmd
 import rlsched.cli.trace_cmd  # noqa: F401

@@ -139,6 +139,7 @@ class Gpu:
     """One physical GPU: who holds it, and its MIG slices when MIG is enabled."""
 
     __slots__ = (
+        "_uuid",
         "busy_until",
         "healthy",
         "holders",
@@ -148,7 +149,6 @@ class Gpu:
         "replicas",
         "sharing",
         "slices",
-        "_uuid",
     )
 
     def __init__(self, node: Node, index: int, model: GpuModel, sharing: Sharing, replicas: int) -> None:
@@ -351,13 +351,35 @@ class ClusterState:
         self.queue_shapes: dict[tuple[object, ...], int] = {}
         self.running: dict[str, JobRun] = {}
         self.quotes: dict[str, MarketQuote] = {}
-        #: forecast GPU demand per pool's model over the next horizon (GPUs), if known.
+        #: forecast GPU demand per request-size class ("fractional", "1", "2-4", "8+", total "*")
+        #: over the next horizon, in average busy GPUs; set by a forecaster when one runs.
         self.demand_forecast: dict[str, float] = {}
+        # Arrival-rate signal (GPUs requested per hour, exponentially decayed), fed by
+        # :meth:`note_arrival` in simulation and live alike, so a policy sees the same
+        # signal in training and in serving.
+        self._arrival_rate = 0.0
+        self._arrival_t = 0.0
         self.total_gpus_max = sum(p.max_nodes * p.gpus_per_node for p in pools)
         #: what schedulers may know about durations (learnt from completions).
         self.estimator = DurationEstimator()
         #: GPU-equivalents allocated now (a slice counts its compute share).
         self.allocated = 0.0
+
+    # --- demand signal ------------------------------------------------------------------
+    ARRIVAL_TAU_S = 3600.0
+
+    def note_arrival(self, job: Job, now: float) -> None:
+        """Record a submission for the arrival-rate demand signal."""
+        rate = self.arrival_rate(now)
+        self._arrival_rate = rate + job.gpu_demand * 3600.0 / self.ARRIVAL_TAU_S
+        self._arrival_t = now
+
+    def arrival_rate(self, now: float) -> float:
+        """GPUs requested per hour recently (exponentially weighted, time constant 1 h)."""
+        import math
+
+        dt = now - self._arrival_t
+        return self._arrival_rate * math.exp(-dt / self.ARRIVAL_TAU_S) if dt > 0 else self._arrival_rate
 
     # --- queue ------------------------------------------------------------------------
     def enqueue(self, run: JobRun) -> None:

@@ -96,8 +96,6 @@ GLOBAL_FEATURES: tuple[str, ...] = (
 #: Every feature is bounded to this range (they are logs and fractions; the clip
 #: only guards against absurd inputs so the observation always lies in its space).
 _BOUND = 50.0
-#: Time constant of the arrival-rate estimate used when no demand forecast exists.
-_ARRIVAL_TAU_S = 3600.0
 _DAY_S = 86400.0
 _TWO_PI_PER_DAY = 2.0 * math.pi / _DAY_S
 _READY = NodeStatus.READY
@@ -202,8 +200,6 @@ class ObservationCodec:
         self._window_shapes: list[int] = []
         self._gpu_layouts: dict[Gpu, tuple[list[Any], tuple[str, ...]]] = {}
         self._reconf_memo: dict[tuple[int, tuple[str, ...], int], bool] = {}
-        self._arrival_rate = 0.0  # GPUs per hour, decayed to _arrival_t
-        self._arrival_t = 0.0
 
     # ------------------------------------------------------------------ identity
     def signature(self) -> str:
@@ -248,8 +244,6 @@ class ObservationCodec:
         """
         self._bind(state)
         self._tracked = True
-        self._arrival_rate = 0.0
-        self._arrival_t = state.time
 
     def invalidate(self, pool: str | None = None) -> None:
         """Mark ``pool`` (None = every pool, and time) as changed since the last call.
@@ -268,20 +262,6 @@ class ObservationCodec:
         for slot in self._slots:
             if slot.pool.name == pool:
                 slot.dirty = True
-
-    def record_arrivals(self, gpus: float, now: float) -> None:
-        """Feed the arrival-rate estimate (used when the state carries no demand forecast).
-
-        Args:
-            gpus: GPU demand (fractions count as their share) that arrived at ``now``.
-            now: simulated time of the arrivals.
-        """
-        self._arrival_rate = self._decayed_rate(now) + gpus * 3600.0 / _ARRIVAL_TAU_S
-        self._arrival_t = now
-
-    def _decayed_rate(self, now: float) -> float:
-        dt = now - self._arrival_t
-        return self._arrival_rate * math.exp(-dt / _ARRIVAL_TAU_S) if dt > 0 else self._arrival_rate
 
     def _bind(self, state: ClusterState) -> None:
         self._state = state
@@ -548,7 +528,8 @@ class ObservationCodec:
         if len(self._all_pools) > self.max_pools:
             capacity += self._uncontrolled_capacity()
         tod = (now % _DAY_S) * _TWO_PI_PER_DAY
-        demand = sum(state.demand_forecast.values()) if state.demand_forecast else self._decayed_rate(now)
+        # A forecaster's total ("*") when one runs, else the engine's arrival-rate signal.
+        demand = state.demand_forecast.get("*", 0.0) if state.demand_forecast else state.arrival_rate(now)
         g = np.array(
             (
                 _log1p(len(state.queue)),

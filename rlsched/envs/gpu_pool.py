@@ -192,7 +192,6 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         self._t_start = eng.now
         self._steps = 0
         self._refused = 0
-        self._arrived = 0
         self._cost = eng.cost_so_far()
         self._preemptions = 0
         self._lost_gpu_s = 0.0
@@ -231,13 +230,6 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             cost = eng.cost_so_far()
             acc["cost_usd"] += cost - self._cost
             self._cost = cost
-        arrived = len(eng.runs)
-        if arrived != self._arrived:
-            gpus = 0.0
-            for job in eng.jobs[self._arrived: arrived]:
-                gpus += job.gpu_demand
-            self.codec.record_arrivals(gpus, eng.now)
-            self._arrived = arrived
         if eng.preemptions != self._preemptions:
             lost = sum(r.lost_gpu_seconds for r in eng.runs.values())
             acc["preemptions"] += eng.preemptions - self._preemptions

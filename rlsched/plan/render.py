@@ -67,7 +67,9 @@ def _flatten(d: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
 
 
 def _head(c: Change) -> str:
-    return f"{c.action.glyph:>3} {c.type} {json.dumps(c.name)}"
+    # for_each instances (``h100["infer"]``) read best as addresses; plain names as block labels.
+    label = f"{c.type}.{c.name}" if '"' in c.name else f'{c.type} "{c.name}"'
+    return f"{c.action.glyph:>3} {label}"
 
 
 def _body_lines(c: Change) -> list[str]:
@@ -81,6 +83,8 @@ def _body_lines(c: Change) -> list[str]:
         keys = sorted(set(before) | set(after))
         if c.type == "gpu" and after.get("mig_enabled") and before.get("mig_layout") != after.get("mig_layout"):
             keys = ["mig_layout"]  # enabling MIG to get a layout: the reset is in the reasons, the layout is the news
+        elif c.type == "gpu" and before.get("mig_enabled") and not after.get("mig_enabled"):
+            keys = ["mig_enabled"]  # disabling MIG: that its instances go is in the reasons
         items = [("~", k, f"{fmt_value(before.get(k), k)} -> {fmt_value(after.get(k), k)}") for k in keys
                  if before.get(k) != after.get(k)]
     else:

@@ -332,11 +332,13 @@ class NvmlBackend:
         return tuple(sorted(devices, key=lambda d: (d.start, d.profile, d.uuid)))
 
     def _gpu_info(self, index: int, handle: Any) -> GpuInfo:
+        """One GPU; a GPU that fell off the bus is reported unhealthy rather than failing the node."""
         nv = self._nvml
-        uuid = _text(nv.nvmlDeviceGetUUID(handle))
-        name = _text(nv.nvmlDeviceGetName(handle))
-        model_name = model_from_nvml_name(name)
+        uuid = name = model_name = ""
         try:
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            name = _text(nv.nvmlDeviceGetName(handle))
+            model_name = model_from_nvml_name(name)
             memory = int(nv.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
             mode = self._mig_mode(handle)
             current, pending = mode if mode is not None else (False, False)

@@ -370,11 +370,22 @@ class SimulatedBackend:
         create) and the fleet must show that afterwards.
         """
         with _locked(self.path):
+            self._remove_stale_temps()
             data = self._load()
             try:
                 yield data
             finally:
                 write_json_atomic(self.path, data)
+
+    def _remove_stale_temps(self, age_s: float = 60.0) -> None:
+        """Delete temp files left by writers killed mid-write (older than ``age_s``)."""
+        import time
+
+        now = time.time()
+        for tmp in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                if now - tmp.stat().st_mtime > age_s:
+                    tmp.unlink()
 
     @staticmethod
     def _find_node(data: Mapping[str, Any], hostname: str) -> dict[str, Any]:

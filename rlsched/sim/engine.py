@@ -72,6 +72,9 @@ class SimConfig:
         mig_reconfig_s: time a GPU is unusable while its MIG layout changes.
         oracle_durations: schedulers see true durations (labelled upper bound only).
         timeline_points: about how many samples the plot timeline keeps.
+        horizon_s: stop simulating this long after the first arrival (None = run to the
+            end); jobs still queued or running then are reported as unfinished. A guard
+            for policies that may never drain the queue (an untrained network).
     """
 
     seed: int = 0
@@ -80,6 +83,7 @@ class SimConfig:
     mig_reconfig_s: float = 60.0
     oracle_durations: bool = False
     timeline_points: int = 2000
+    horizon_s: float | None = None
 
 
 class _FixedPriceMarket:
@@ -249,6 +253,11 @@ class Engine:
             if self.done:
                 return False
             t = self.next_event_time()
+            horizon = self.config.horizon_s
+            if t is not None and horizon is not None and t > self.t0 + horizon:
+                self._advance_clock(self.t0 + horizon)
+                self._stop_at_horizon()
+                return False
             if t is None or (
                 not self.state.running
                 and self._next_arrival >= len(self.jobs)
@@ -318,6 +327,7 @@ class Engine:
             run.reason = "cpu-only (asks for no GPU)"
             self.skipped[run.reason] = self.skipped.get(run.reason, 0) + 1
             return
+        self.state.note_arrival(job, self.now)
         if not any(fits_pool_spec(job, p) for p in self.pool_specs):
             run.state = RunState.UNSCHEDULABLE
             run.reason = unschedulable_reason(job, self.pool_specs)
@@ -433,6 +443,24 @@ class Engine:
         run.enqueued_at = self.now
         run.reason = reason
         st.enqueue(run)
+
+    def _stop_at_horizon(self) -> None:
+        """The horizon is reached: whatever is queued or running is reported unfinished."""
+        reason = "unfinished at the simulation horizon"
+        st = self.state
+        for run in list(st.running.values()):
+            self._stop(run, graceful=True, reason=reason)
+        n = len(st.queue)
+        for run in list(st.queue.values()):
+            st.dequeue(run.job.job_id)
+            run.state = RunState.UNSCHEDULABLE
+            run.reason = reason
+        for job in self.jobs[self._next_arrival:]:  # never arrived: counted, never dropped
+            self.runs[job.job_id] = JobRun(job=job, state=RunState.UNSCHEDULABLE, reason=reason)
+            n += 1
+        if n:
+            self.unschedulable[reason] = self.unschedulable.get(reason, 0) + n
+        self._next_arrival = len(self.jobs)
 
     def _strand_queue(self) -> None:
         """Nothing can ever happen again: what is still queued can never run."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlsched.spec import ast as A
-from rlsched.spec.diagnostics import EvalError, Poisoned, did_you_mean
+from rlsched.spec.diagnostics import EvalError, did_you_mean
 from rlsched.spec.functions import FUNCTIONS, SPECIAL, FunctionError, call, names
 from rlsched.spec.model import SourceRange
 from rlsched.spec.types import ConversionError, convert

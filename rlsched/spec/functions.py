@@ -30,7 +30,8 @@ def _num(v: Any, what: str = "argument") -> int | float:
         raise FunctionError(f"{what}: {exc.message}") from None
     if out is None:
         raise FunctionError(f"{what}: a number is required, not null")
-    return out  # type: ignore[no-any-return]
+    assert isinstance(out, int | float)
+    return out
 
 
 def _int(v: Any, what: str = "argument") -> int:
@@ -91,7 +92,10 @@ def _lookup(m: Any, key: Any, *default: Any) -> Any:
 
 
 def _range(*args: Any) -> list[Any]:
-    nums = [_num(a) for a in args]
+    nums: list[int | float] = [_num(a) for a in args]
+    start: int | float
+    stop: int | float
+    step: int | float
     if len(nums) == 1:
         start, stop, step = 0, nums[0], 1
     elif len(nums) == 2:

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from lark import Token, Tree
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from rlsched.spec import ast as A
 from rlsched.spec.diagnostics import EvalError, error
@@ -95,7 +95,8 @@ def translate_syntax_error(exc: UnexpectedInput, text: str, filename: str) -> Di
         line, column = 1, 1
     rng = SourceRange(filename, line, column)
     if isinstance(exc, UnexpectedCharacters):
-        ch = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
+        pos = exc.pos_in_stream if isinstance(exc.pos_in_stream, int) else -1
+        ch = text[pos] if 0 <= pos < len(text) else "?"
         return error("Invalid character", f'The character "{ch}" is not valid here.', rng)
     tok: Token | None = getattr(exc, "token", None)
     expected: set[str] = set(getattr(exc, "expected", None) or ())

@@ -1,0 +1,339 @@
+"""``rlsched plan | apply | state list | state show | force-unlock``: Terraform's workflow over GPU pools.
+
+Thin layer: parse options, take the state lock, call :mod:`rlsched.plan`, render.
+Exit codes follow Terraform: ``plan --detailed-exitcode`` exits 0 (no changes),
+1 (error) or 2 (changes); everything else 0 or 1. Options also accept Terraform's
+single-dash spelling (``-out``, ``-auto-approve``, ``-detailed-exitcode``...).
+
+The backend defaults to ``$RLSCHED_BACKEND``; the state to ``rlsched.state.json``
+beside the first spec file (``--state`` changes it). ``RLSCHED_APPLY_STEP_DELAY``
+(seconds) slows apply down between steps: a test hook for crash tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from rlsched.cli.app import app
+from rlsched.errors import RlschedError
+
+if TYPE_CHECKING:
+    from rlsched.plan.diff import Plan
+    from rlsched.plan.state import StateStore
+    from rlsched.runtime.backend import GpuBackend
+    from rlsched.spec.model import Diagnostic, Spec
+
+state_app = typer.Typer(help="Inspect rlsched state.", no_args_is_help=True)
+app.add_typer(state_app, name="state")
+
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", "-backend", help="sim:PATH.json (simulated fleet) or nvml; default: $RLSCHED_BACKEND.")]
+StateOpt = Annotated[Path | None, typer.Option(
+    "--state", "-state", help="State file; default: rlsched.state.json beside the (first) spec.")]
+LockTimeoutOpt = Annotated[float, typer.Option(
+    "--lock-timeout", "-lock-timeout", min=0.0, help="Seconds to wait for the state lock before failing.")]
+VarOpt = Annotated[list[str] | None, typer.Option("--var", "-var", help="Set a variable: NAME=VALUE (repeatable).")]
+VarFileOpt = Annotated[list[Path] | None, typer.Option(
+    "--var-file", "-var-file", help="Variables file (.rlvars; repeatable, later wins).")]
+
+APPROVE_PROMPT = ("\nDo you want to perform these actions?\n"
+                  "  rlsched will perform the actions described above.\n"
+                  "  Only 'yes' will be accepted to approve.\n\n"
+                  "  Enter a value: ")
+
+
+def _err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+# --- shared helpers ------------------------------------------------------------------------
+
+
+def render_diagnostics(diags: Sequence[Diagnostic]) -> str:
+    """Terraform-style diagnostics, through :mod:`rlsched.spec.render` when present (one look for every command)."""
+    try:
+        from rlsched.spec.render import render_text
+    except ImportError:
+        pass
+    else:
+        out = render_text(list(diags))
+        return out if out.endswith("\n") else out + "\n"
+    lines: list[str] = []
+    for d in diags:
+        lines.append(f"{'Error' if d.severity == 'error' else 'Warning'}: {d.summary}")
+        if d.range is not None:
+            lines.append(f"  on {d.range}")
+        if d.detail:
+            lines.append(f"  {d.detail}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _load_spec(paths: Sequence[Path], var_files: Sequence[Path] | None, var_args: Sequence[str] | None) -> Spec:
+    """Load the spec; on errors print every diagnostic (Terraform style) and exit 1."""
+    try:
+        from rlsched.spec import load_spec
+    except ImportError as exc:  # the HCL loader is not part of this build
+        raise RlschedError(f"the HCL spec loader is not available ({exc})") from None
+    from rlsched.spec.model import SpecError
+
+    for p in paths:
+        if not p.exists():
+            raise RlschedError(f"{p}: no such spec file")
+    try:
+        spec = load_spec(list(paths), var_files=tuple(str(f) for f in var_files or ()),
+                         var_args=tuple(var_args or ()), env=os.environ)
+    except SpecError as exc:
+        _err(render_diagnostics(exc.diagnostics).rstrip("\n"))
+        raise typer.Exit(1) from None
+    if spec.warnings:
+        _err(render_diagnostics(spec.warnings).rstrip("\n"))
+    return spec
+
+
+def default_state_path(specs: Sequence[Path]) -> Path:
+    """``rlsched.state.json`` beside the first spec (inside it, if it is a directory)."""
+    from rlsched.plan.state import DEFAULT_STATE_NAME
+
+    if not specs:
+        return Path(DEFAULT_STATE_NAME)
+    first = specs[0]
+    return (first if first.is_dir() else first.parent) / DEFAULT_STATE_NAME
+
+
+def _backend(spec: str | None) -> GpuBackend:
+    from rlsched.runtime.select import get_backend
+
+    return get_backend(spec)
+
+
+def _backend_string(backend_opt: str | None) -> str | None:
+    """The backend as written, with a sim path made absolute so a saved plan can be applied from anywhere."""
+    s = backend_opt or os.environ.get("RLSCHED_BACKEND") or None
+    if s and s.startswith("sim:"):
+        return "sim:" + str(Path(s[4:]).resolve())
+    return s
+
+
+def _make_plan(spec: Spec, backend: GpuBackend, store: StateStore) -> Plan:
+    from rlsched.plan.diff import plan
+    from rlsched.plan.refresh import refresh
+
+    fresh = refresh(backend)
+    return plan(spec, fresh.nodes, store.read(), running_jobs=fresh.running_jobs)
+
+
+def _check_plan(p: Plan) -> None:
+    errors = [d for d in p.diagnostics if d.severity == "error"]
+    warnings = [d for d in p.diagnostics if d.severity != "error"]
+    if warnings:
+        _err(render_diagnostics(warnings).rstrip("\n"))
+    if errors:
+        _err(render_diagnostics(errors).rstrip("\n"))
+        raise typer.Exit(1)
+
+
+def _step_delay() -> float:
+    from rlsched.plan.apply import STEP_DELAY_ENV
+
+    raw = os.environ.get(STEP_DELAY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise RlschedError(f"{STEP_DELAY_ENV}={raw!r}: expected seconds (a number)") from None
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+@app.command("plan")
+def plan_cmd(
+    specs: Annotated[list[Path], typer.Argument(help="Spec files (.hcl) or directories.", show_default=False)],
+    backend: BackendOpt = None,
+    state: StateOpt = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-out", help="Save the plan here (JSON); apply it with: rlsched apply FILE.")] = None,
+    detailed_exitcode: Annotated[bool, typer.Option(
+        "--detailed-exitcode", "-detailed-exitcode", help="Exit 0 = no changes, 1 = error, 2 = changes.")] = False,
+    var: VarOpt = None,
+    var_file: VarFileOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", "-json", help="Print the plan as JSON.")] = False,
+    lock_timeout: LockTimeoutOpt = 0.0,
+) -> None:
+    """Refresh from the backend and show what apply would change (declared attributes only)."""
+    from rlsched.plan.planfile import SavedPlan, config_hash, save_plan
+    from rlsched.plan.render import render_json, render_plan
+    from rlsched.plan.state import StateStore, locked
+
+    spec = _load_spec(specs, var_file, var)
+    store = StateStore(state or default_state_path(specs))
+    be = _backend(backend)
+    with locked(store, "plan", timeout=lock_timeout, warn=_err):
+        p = _make_plan(spec, be, store)
+    _check_plan(p)
+    typer.echo(render_json(p) if json_out else render_plan(p), nl=False)
+    if out is not None:
+        save_plan(out, SavedPlan(plan=p, config_hash=config_hash(spec.files or specs),
+                                 files=tuple(str(Path(f).resolve()) for f in (spec.files or specs)),
+                                 variables=dict(spec.variables), state_path=str(store.path.resolve()),
+                                 backend=_backend_string(backend)))
+        if not json_out:
+            typer.echo(f"\nSaved {out} (lineage {p.lineage[:8]}…, serial {p.serial}). Apply with: rlsched apply {out}")
+    if detailed_exitcode and p.has_changes:
+        raise typer.Exit(2)
+
+
+# --- apply -----------------------------------------------------------------------------------
+
+
+def _ask_yes() -> bool:
+    sys.stdout.write(APPROVE_PROMPT)
+    sys.stdout.flush()
+    answer = sys.stdin.readline()
+    return answer.strip() == "yes"
+
+
+@app.command("apply")
+def apply_cmd(
+    targets: Annotated[list[Path], typer.Argument(
+        help="A saved plan (from plan --out), or spec files.", show_default=False)],
+    auto_approve: Annotated[bool, typer.Option(
+        "--auto-approve", "-auto-approve", help="Skip the 'yes' prompt (never skips prevent_destroy or drain "
+                                                "budgets).")] = False,
+    backend: BackendOpt = None,
+    state: StateOpt = None,
+    lock_timeout: LockTimeoutOpt = 0.0,
+    var: VarOpt = None,
+    var_file: VarFileOpt = None,
+) -> None:
+    """Apply a saved plan exactly (no prompt), or plan the spec, ask for 'yes', and apply."""
+    from rlsched.plan.apply import Applier, ApplyOptions
+    from rlsched.plan.planfile import config_hash, load_plan, looks_like_plan_file
+    from rlsched.plan.render import NO_CHANGES, render_plan
+    from rlsched.plan.state import StateStore, locked
+
+    opts = ApplyOptions(step_delay_s=_step_delay(), progress=typer.echo)
+    if len(targets) == 1 and looks_like_plan_file(targets[0]):
+        saved = load_plan(targets[0])
+        if var or var_file:
+            raise RlschedError("--var/--var-file cannot be used with a saved plan (its variables are fixed)")
+        store = StateStore(state or Path(saved.state_path or default_state_path(targets)))
+        be = _backend(backend or saved.backend)
+        files = [Path(f) for f in saved.files]
+        if files and all(f.exists() for f in files) and config_hash(files) != saved.config_hash:
+            _err("Warning: the spec files changed since this plan was made; applying the saved plan as planned")
+        with locked(store, "apply", timeout=lock_timeout, warn=_err):
+            applier = Applier(saved.plan, be, store, store.read(), opts)
+            if not saved.plan.has_changes:
+                typer.echo(NO_CHANGES)
+                return
+            result = applier.run()
+        typer.echo(f"\n{result.line()}")
+        return
+
+    spec = _load_spec(targets, var_file, var)
+    store = StateStore(state or default_state_path(targets))
+    be = _backend(backend)
+    with locked(store, "apply", timeout=lock_timeout, warn=_err):
+        p = _make_plan(spec, be, store)
+        _check_plan(p)
+        typer.echo(render_plan(p), nl=False)
+        if not p.has_changes:
+            return
+        if not auto_approve and not _ask_yes():
+            from rlsched.plan.errors import ApprovalError
+
+            raise ApprovalError("Apply cancelled.")
+        typer.echo("")
+        result = Applier(p, be, store, store.read(), opts).run()
+    typer.echo(f"\n{result.line()}")
+
+
+# --- state, force-unlock ---------------------------------------------------------------------
+
+
+def _state_or_fail(state: Path | None) -> Any:
+    from rlsched.plan.errors import StateError
+    from rlsched.plan.state import DEFAULT_STATE_NAME, StateStore
+
+    store = StateStore(state or Path(DEFAULT_STATE_NAME))
+    st = store.read()
+    if st is None:
+        raise StateError(f"no state at {store.path} (run apply first, or pass --state)")
+    return st
+
+
+@state_app.command("list")
+def state_list(state: StateOpt = None) -> None:
+    """List the addresses in the state, one per line."""
+    st = _state_or_fail(state)
+    for rec in st.to_json()["resources"]:
+        typer.echo(f"{rec['type']}.{rec['name']}")
+
+
+@state_app.command("show")
+def state_show(
+    address: Annotated[str, typer.Argument(help="pool.NAME, node.HOST, gpu.HOST/IDX or gpu.GPU-UUID.")],
+    state: StateOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", "-json", help="Print the record as JSON.")] = False,
+) -> None:
+    """Show one resource: declared attributes, what was observed, dependencies."""
+    from rlsched.plan.errors import StateError
+    from rlsched.plan.render import fmt_value
+
+    st = _state_or_fail(state)
+    rec = st.find(address)
+    if rec is None:
+        import difflib
+
+        close = difflib.get_close_matches(address, [r.address for r in st.resources.values()], n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise StateError(f"no resource {address!r} in state{hint}")
+    if json_out:
+        typer.echo(json.dumps(rec.to_json(), indent=2))
+        return
+    typer.echo(f"# {rec.address}:")
+    typer.echo(f'{rec.type} "{rec.name}" {{')
+    typer.echo(f"  key = {fmt_value(rec.key)}")
+    for section, values in (("attributes", rec.attributes), ("observed", rec.observed)):
+        if not values:
+            continue
+        typer.echo(f"\n  # {section}")
+        width = max(len(k) for k in values)
+        for k, v in sorted(values.items()):
+            typer.echo(f"  {k:<{width}} = {fmt_value(v, k)}")
+    if rec.depends_on:
+        typer.echo(f"\n  depends_on = [{', '.join(rec.depends_on)}]")
+    typer.echo("}")
+
+
+@app.command("force-unlock")
+def force_unlock_cmd(
+    lock_id: Annotated[str, typer.Argument(help="The lock ID printed by the command that found the state locked.")],
+    state: StateOpt = None,
+    force: Annotated[bool, typer.Option("--force", "-force", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove a stuck state lock (only if you know its holder is gone)."""
+    from rlsched.plan.errors import ApprovalError
+    from rlsched.plan.state import DEFAULT_STATE_NAME, StateStore, force_unlock
+
+    store = StateStore(state or Path(DEFAULT_STATE_NAME))
+    if not force:
+        sys.stdout.write("Do you really want to force-unlock?\n"
+                         f"  rlsched will remove the lock {lock_id} on {store.path}. Other commands may then modify\n"
+                         "  the state even if the holder is still running. Only 'yes' will be accepted to confirm.\n\n"
+                         "  Enter a value: ")
+        sys.stdout.flush()
+        if sys.stdin.readline().strip() != "yes":
+            raise ApprovalError("force-unlock cancelled.")
+    holder = force_unlock(store, lock_id)
+    typer.echo(f"rlsched state has been successfully unlocked (was held by {holder.describe()}).")

@@ -1,0 +1,193 @@
+"""Trained PPO policies: the model folder, loading, and the policy as a Scheduler.
+
+A model folder (``models/<name>/``) holds:
+
+* ``policy.pt`` - the policy network's weights (``torch.save`` of a state dict)
+  plus the constructor arguments needed to rebuild it;
+* ``codec.json`` - the observation codec's parameters and signature;
+* ``card.json`` / ``MODEL_CARD.md`` - the model card (training data, steps, seed,
+  wall time, metrics against every heuristic, MLflow run id).
+
+Serving uses only torch and the network module - not SB3's ``predict`` - so a
+decision costs one small forward pass. A model whose codec signature differs
+from the runtime's is refused with :class:`ModelError` (the fallback guard then
+keeps the heuristic).
+
+``--policy ppo:PATH`` (a model folder) or ``--policy ppo:models:/NAME@ALIAS``
+(the MLflow registry) runs a trained policy exactly like a heuristic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.cluster.decisions import Decision
+from rlsched.cluster.model import ClusterState
+from rlsched.envs.codec import ObservationCodec
+from rlsched.errors import RlschedError
+
+POLICY_FILE = "policy.pt"
+CODEC_FILE = "codec.json"
+CARD_FILE = "card.json"
+
+
+class ModelError(RlschedError):
+    """A model that cannot be loaded or served (missing, corrupted, mismatched)."""
+
+
+class PolicyModel:
+    """A loaded policy network: observation + mask -> action.
+
+    Args:
+        net: the :class:`~rlsched.policies.ppo_net.SlotScorer` with trained weights.
+        codec_params: ``window``, ``max_pools``, ``layouts`` of the codec it was trained with.
+        signature: the codec signature recorded at training time.
+        card: the model card (may be empty).
+    """
+
+    def __init__(self, net: Any, codec_params: dict[str, int], signature: str, card: dict[str, Any]) -> None:
+        self.net = net
+        self.codec_params = codec_params
+        self.signature = signature
+        self.card = card
+
+    def new_codec(self) -> ObservationCodec:
+        """A codec like the one the model was trained with (checked against the signature)."""
+        codec = ObservationCodec(**self.codec_params)
+        if codec.signature() != self.signature:
+            raise ModelError(
+                f"observation signature mismatch: model expects {self.signature}, this rlsched encodes "
+                f"{codec.signature()} (features or action layout changed); retrain or use a matching version"
+            )
+        return codec
+
+    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Raw action logits for one observation (no batch dimension)."""
+        import torch
+
+        with torch.no_grad():
+            t = {k: torch.as_tensor(v, dtype=torch.float32).unsqueeze(0) for k, v in obs.items()}
+            out = self.net(t)[0, : self.net.n_actions]
+        return out.numpy()
+
+    def act(self, obs: dict[str, np.ndarray], mask: np.ndarray) -> int:
+        """The greedy legal action; raises ModelError on non-finite output."""
+        logits = self.logits(obs)
+        if not np.all(np.isfinite(logits)):
+            raise ModelError("policy produced non-finite logits")
+        masked = np.where(mask, logits, -np.inf)
+        return int(np.argmax(masked))
+
+    # ------------------------------------------------------------------ persistence
+    @staticmethod
+    def save(folder: Path | str, net: Any, codec: ObservationCodec, card: dict[str, Any] | None = None) -> Path:
+        """Write a model folder (weights, codec, card)."""
+        import torch
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        payload = {"state_dict": net.state_dict(), "hidden": net.hidden, "n_layouts": net.n_layouts,
+                   "format": 1}
+        tmp = folder / (POLICY_FILE + ".tmp")
+        torch.save(payload, tmp)
+        tmp.replace(folder / POLICY_FILE)
+        (folder / CODEC_FILE).write_text(json.dumps(
+            {"signature": codec.signature(), "window": codec.window, "max_pools": codec.max_pools,
+             "layouts": codec.layouts, "describe": codec.describe()}, indent=2, default=str) + "\n")
+        if card is not None:
+            (folder / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: Path | str) -> PolicyModel:
+        """Load a model folder; every failure is a :class:`ModelError` naming the file."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise ModelError(f"{folder}: model folder not found")
+        codec_path = folder / CODEC_FILE
+        try:
+            meta = json.loads(codec_path.read_text())
+            params = {k: int(meta[k]) for k in ("window", "max_pools", "layouts")}
+            signature = str(meta["signature"])
+        except FileNotFoundError:
+            raise ModelError(f"{codec_path}: missing (not a model folder?)") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ModelError(f"{codec_path}: corrupted ({exc})") from None
+        import torch
+
+        from rlsched.policies.ppo_net import SlotScorer
+
+        policy_path = folder / POLICY_FILE
+        try:
+            payload = torch.load(policy_path, map_location="cpu", weights_only=True)
+            codec = ObservationCodec(**params)
+            net = SlotScorer(codec.observation_space, n_layouts=int(payload["n_layouts"]),
+                             hidden=int(payload["hidden"]))
+            net.load_state_dict(payload["state_dict"])
+        except FileNotFoundError:
+            raise ModelError(f"{policy_path}: missing") from None
+        except Exception as exc:  # torch raises many types for a damaged file
+            raise ModelError(f"{policy_path}: cannot load policy weights ({type(exc).__name__}: {exc})") from None
+        net.eval()
+        card: dict[str, Any] = {}
+        card_path = folder / CARD_FILE
+        if card_path.exists():
+            try:
+                card = json.loads(card_path.read_text())
+            except ValueError as exc:
+                raise ModelError(f"{card_path}: corrupted ({exc})") from None
+        return cls(net, params, signature, card)
+
+
+def load_policy_ref(ref: str) -> PolicyModel:
+    """A model from a folder path or an MLflow ``models:/NAME@ALIAS`` / ``models:/NAME/VERSION`` URI."""
+    if ref.startswith("models:/"):
+        from rlsched.train.registry import download_model
+
+        return PolicyModel.load(download_model(ref))
+    return PolicyModel.load(ref)
+
+
+class PpoScheduler:
+    """A trained policy driving the simulator or the runtime like any heuristic.
+
+    At each decision point it encodes the state, takes the greedy legal action,
+    yields its decision, and repeats until the policy chooses to wait (or only
+    waiting is legal, or ``max_actions`` decisions were made at this point) - the
+    same loop the environment presents during training.
+    """
+
+    def __init__(self, model: PolicyModel, name: str = "ppo", max_actions: int = 256) -> None:
+        self.model = model
+        self.name = name
+        self.max_actions = max_actions
+        self.codec = model.new_codec()
+        self._arrived = 0
+
+    def reset(self, state: ClusterState) -> None:
+        self.codec = self.model.new_codec()
+        self._arrived = 0
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        codec = self.codec
+        for _ in range(self.max_actions):
+            mask = codec.mask(state)
+            if codec.only_wait(state):
+                return
+            action = self.model.act(codec.encode(state), mask)
+            decision = codec.decode(action, state)
+            if decision is None:
+                return
+            yield decision
+
+
+def make_ppo_policy(ref: str, name: str | None = None) -> PpoScheduler:
+    """``ppo:REF`` for ``--policy``: REF is a model folder or a ``models:/`` URI."""
+    model = load_policy_ref(ref)
+    label = name or (f"ppo:{Path(ref).name}" if not ref.startswith("models:/") else f"ppo:{ref}")
+    return PpoScheduler(model, name=label)
