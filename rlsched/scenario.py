@@ -174,10 +174,11 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
         spec = "bundled:default.yaml"
     if isinstance(spec, (str, Path)):
         s = str(spec)
-        path = bundled_path(s.split(":", 1)[1] if s.startswith("bundled:") else "") if s.startswith(
-            "bundled:") else Path(s)
-        if s.startswith("bundled:") and not s.endswith(".yaml"):
-            path = bundled_path(s.split(":", 1)[1] + ".yaml")
+        if s.startswith("bundled:"):
+            name = s.split(":", 1)[1]
+            path = bundled_path(name if name.endswith(".yaml") else name + ".yaml")
+        else:
+            path = Path(s)
         if not path.exists():
             raise ScenarioError(f"{path}: scenario file not found")
         try:

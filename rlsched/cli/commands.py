@@ -5,4 +5,5 @@ import rlsched.cli.market_cmd
 import rlsched.cli.plan_cmd
 import rlsched.cli.simulate_cmd
 import rlsched.cli.spec_cmd
-import rlsched.cli.trace_cmd  # noqa: F401
+import rlsched.cli.trace_cmd
+import rlsched.cli.train_cmd  # noqa: F401

@@ -25,16 +25,19 @@ def _gpu_class(job: Job) -> int:
 class DurationEstimator:
     """Online estimator of job durations from completed jobs (exponentially weighted)."""
 
-    __slots__ = ("_stats", "alpha", "oracle")
+    __slots__ = ("_stats", "alpha", "oracle", "version")
 
     def __init__(self, *, oracle: bool = False, alpha: float = 0.2) -> None:
         self.oracle = oracle
         self.alpha = alpha
         # key -> (ewma of log duration, observations)
         self._stats: dict[tuple[str, int] | str, tuple[float, int]] = {}
+        #: bumped by every observation, so callers may cache estimates per version.
+        self.version = 0
 
     def observe(self, job: Job, duration: float) -> None:
         """Learn from a completed job's actual run time."""
+        self.version += 1
         x = math.log(max(duration, 1.0))
         for key in ((job.user, _gpu_class(job)), job.user, "*"):
             mean, n = self._stats.get(key, (x, 0))

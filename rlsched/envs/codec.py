@@ -30,6 +30,7 @@ tracked, every call recomputes from scratch, so direct use is always correct.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 from itertools import islice
 from typing import Any
@@ -44,7 +45,9 @@ from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
-CODEC_VERSION = 1
+CODEC_VERSION = 2
+#: Queued jobs beyond the head that are searched for the shortest-estimated half of the window.
+TAIL_SCAN = 64
 
 #: Order of the reconfiguration targets (names from :func:`named_layouts`).
 LAYOUT_ORDER: tuple[str, ...] = ("all-1g", "all-2g", "all-3g", "balanced", "mixed-4-3", "all-7g")
@@ -195,6 +198,8 @@ class ObservationCodec:
         self._window_epoch = -1
         self._window_dirty = True
         self._window_runs: list[JobRun] = []
+        self._est_version: tuple[int, int] = (0, -1)
+        self._est_memo: dict[tuple[str, int, int], float] = {}
         self._row_idx = np.zeros(window, dtype=np.intp)
         self._shape_idx = np.zeros(window, dtype=np.intp)
         self._window_shapes: list[int] = []
@@ -218,6 +223,7 @@ class ObservationCodec:
             "globals=" + ",".join(self.global_features),
             "layouts=" + ",".join(LAYOUT_ORDER[: self.layouts]),
             "actions=place(k*P+p),reconfigure(KP+p*L+l),scale(KP+PL+2p+{up,down}),wait",
+            f"window=head{self.window // 2}+shortest{self.window - self.window // 2}of{TAIL_SCAN}",
         ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"gpupool-codec-v{CODEC_VERSION}-{digest}"
@@ -457,8 +463,42 @@ class ObservationCodec:
             self._free_rows = list(range(2 * n - 1, n - 1, -1))
         return self._free_rows.pop()
 
+    def _select_window(self, state: ClusterState) -> list[JobRun]:
+        """Head + short tail: the oldest K/2 queued jobs, then the K - K/2 jobs with the
+        shortest estimated duration among the next :data:`TAIL_SCAN` (oldest first on ties).
+
+        A head-only window fills with jobs that cannot start and hides the short jobs
+        that backfilling (and SJF-like ordering) would run (the window-staleness
+        problem of Deep Back-Filling); the tail half gives the policy those choices.
+        """
+        k = self.window
+        queue = state.queue
+        if len(queue) <= k:
+            return list(queue.values())
+        head_n = k // 2
+        it = iter(queue.values())
+        head = list(islice(it, head_n))
+        rest = list(islice(it, TAIL_SCAN))
+        estimator = state.estimator
+        est = estimator.estimate
+        if self._est_version != (id(estimator), estimator.version):
+            self._est_version = (id(estimator), estimator.version)
+            self._est_memo = {}
+        memo = self._est_memo
+        scored = []
+        for i, run in enumerate(rest):
+            job = run.job
+            ck = (job.user, job.num_gpus, job.gpu_milli)
+            e = memo.get(ck)
+            if e is None:
+                e = memo[ck] = est(job)
+            scored.append((e, i))
+        # rest is in submission order, so sorting the picked indices restores it
+        picked = sorted(i for _, i in heapq.nsmallest(k - head_n, scored))
+        return head + [rest[i] for i in picked]
+
     def _refresh_window(self, state: ClusterState, now: float) -> None:
-        runs = list(islice(state.queue.values(), self.window))
+        runs = self._select_window(state)
         epoch = self._epoch
         job_row = self._job_row
         if len(job_row) > 4 * self.window + 64:
@@ -581,7 +621,8 @@ class ObservationCodec:
         p_slots = self.max_pools
         if a < self.reconfigure_offset:
             k, p = divmod(a, p_slots)
-            run = next(islice(state.queue.values(), k, None), None)
+            window = self.window_runs(state)
+            run = window[k] if k < len(window) else None
             pool = pools[p] if p < len(pools) else None
             if run is None or pool is None:
                 return Place(run.job.job_id if run else "", Placement(pool.name if pool else "", ()))
@@ -616,8 +657,9 @@ class ObservationCodec:
             self.layouts - len(LAYOUT_ORDER), 0)
 
     def window_runs(self, state: ClusterState) -> list[JobRun]:
-        """The queued jobs in the job slots, in slot order."""
-        return list(islice(state.queue.values(), self.window))
+        """The queued jobs in the job slots, in slot order (see :meth:`_select_window`)."""
+        self._sync(state)
+        return list(self._window_runs)
 
     def action_name(self, action: int) -> str:
         """A readable name of an action (for logs)."""

@@ -120,7 +120,10 @@ class SlotScoringPolicy(MaskableActorCriticPolicy):
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
-        n = self.features_extractor.n_actions  # type: ignore[union-attr]
-        self.action_net = _TakeLogits(n)
+        extractor = self.features_extractor
+        assert isinstance(extractor, SlotScorer)
+        self.action_net = _TakeLogits(extractor.n_actions)
         # Re-create the optimizer: the parameters changed after the base class built it.
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+        )

@@ -1,0 +1,40 @@
+"""``rlsched train EXPERIMENT.yaml`` (heavy imports happen only when it runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from rlsched.cli.app import app
+
+_console = Console(width=max(Console().width, 140))
+
+
+@app.command("train")
+def train_cmd(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML (see experiments/README.md).")],
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's last checkpoint.")] = False,
+    run_dir: Annotated[Path | None, typer.Option(
+        "--run-dir", help="Checkpoints and logs (default: runs/<experiment name>).")] = None,
+    no_track: Annotated[bool, typer.Option("--no-track", help="Do not log to MLflow.")] = False,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Override total_steps.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", help="Override the model folder.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train a MaskablePPO policy, evaluate it against every heuristic, export and register it."""
+    from dataclasses import replace
+
+    from rlsched.train.config import load_experiment
+    from rlsched.train.trainer import train
+
+    exp = load_experiment(experiment)
+    if total_steps is not None:
+        exp = replace(exp, total_steps=total_steps)
+    if output is not None:
+        exp = replace(exp, output=str(output))
+    rd = run_dir or Path("runs") / exp.name
+    result = train(exp, run_dir=rd, resume=resume, log=_console.print, quiet=quiet, track=not no_track)
+    _console.print(f"done: {result.steps:,} steps in {result.wall_s:.0f} s -> {result.model_dir}")

@@ -1,0 +1,1 @@
+"""Training, experiment tracking and the model registry (imports torch, SB3 and MLflow lazily)."""

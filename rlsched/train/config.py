@@ -1,0 +1,260 @@
+"""Experiment files for ``rlsched train``: a strict, documented schema.
+
+An experiment names what to train on and how (keys not listed are errors with a
+"did you mean")::
+
+    name: default                       # run and model folder name
+    description: ...
+    scenarios:                          # training worlds; each is sampled per episode
+      - name: philly
+        scenario: ../envs/philly-onprem.yaml   # a scenario file (or an inline mapping)
+        train_window_h: [0, 1500]       # hours from the trace start used for training
+        eval_windows_h: [[1700, 1800]]  # evaluation windows: never overlap training
+        clusters: ["8x8xV100-16GB"]     # optional variants of the cluster (sizes, shapes)
+        load_factors: [0.8, 1.0]        # optional arrival rescaling per variant
+    holdout: []                         # like scenarios, evaluation only: unseen shapes
+    episode_jobs: 400                   # jobs per training episode (a random window)
+    eval_max_jobs: 2000                 # cap per evaluation window
+    reward: {jct: 1.0, cost: 0.1}       # GpuPoolEnv reward weights
+    ppo: {learning_rate: 3e-4, n_steps: 512, batch_size: 256, n_epochs: 4, gamma: 0.999, ...}
+    network: {hidden: 64}
+    window: 16                          # job slots K of the codec
+    max_pools: 4
+    n_envs: 2
+    vec_env: subproc                    # subproc | dummy
+    total_steps: 200000
+    seed: 0
+    bc: {steps: 20000, epochs: 5}       # behaviour-cloning warm start (0 steps = off)
+    eval_every_steps: 50000
+    checkpoint_every_steps: 25000
+    mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
+    output: ../models/default           # model folder written at the end
+
+Relative paths are relative to the experiment file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlsched.errors import RlschedError
+
+
+class ExperimentError(RlschedError):
+    """An experiment file that cannot be used (the message names the key and file)."""
+
+
+@dataclass(frozen=True)
+class ScenarioEntry:
+    """One training (or holdout) world and its time windows."""
+
+    name: str
+    scenario: str | dict[str, Any]
+    train_window_h: tuple[float, float] | None = None
+    eval_windows_h: tuple[tuple[float, float], ...] = ()
+    clusters: tuple[str, ...] = ()
+    load_factors: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class PpoParams:
+    learning_rate: float = 3e-4
+    n_steps: int = 512
+    batch_size: int = 256
+    n_epochs: int = 4
+    gamma: float = 0.999
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+
+@dataclass(frozen=True)
+class BcParams:
+    steps: int = 0
+    epochs: int = 5
+    learning_rate: float = 1e-3
+
+
+@dataclass(frozen=True)
+class MlflowParams:
+    experiment: str = "rlsched"
+    registered_model: str = "rlsched-ppo"
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    scenarios: tuple[ScenarioEntry, ...]
+    description: str = ""
+    holdout: tuple[ScenarioEntry, ...] = ()
+    episode_jobs: int = 400
+    eval_max_jobs: int = 2000
+    reward: dict[str, float] = field(default_factory=dict)
+    ppo: PpoParams = field(default_factory=PpoParams)
+    network: dict[str, int] = field(default_factory=lambda: {"hidden": 64})
+    window: int = 16
+    max_pools: int = 4
+    n_envs: int = 2
+    vec_env: str = "subproc"
+    total_steps: int = 100_000
+    seed: int = 0
+    bc: BcParams = field(default_factory=BcParams)
+    eval_every_steps: int = 0
+    checkpoint_every_steps: int = 25_000
+    mlflow: MlflowParams = field(default_factory=MlflowParams)
+    output: str = ""
+    source: str = ""
+
+    def flat_params(self) -> dict[str, Any]:
+        """Parameters for MLflow (nested keys joined with dots)."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, v: Any) -> None:
+            if hasattr(v, "__dataclass_fields__"):
+                for f in fields(v):
+                    walk(f"{prefix}{f.name}.", getattr(v, f.name))
+            elif isinstance(v, dict):
+                for k, x in v.items():
+                    walk(f"{prefix}{k}.", x)
+            elif isinstance(v, (list, tuple)) and v and hasattr(v[0], "__dataclass_fields__"):
+                for i, x in enumerate(v):
+                    walk(f"{prefix}{i}.", x)
+            else:
+                out[prefix[:-1]] = v
+
+        walk("", self)
+        return out
+
+
+def _keys(where: str, got: dict[str, Any], known: set[str]) -> None:
+    for k in got:
+        if k not in known:
+            close = difflib.get_close_matches(str(k), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
+            raise ExperimentError(f"{where}: unknown key {k!r}{hint}")
+
+
+def _names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def _window(where: str, v: Any) -> tuple[float, float]:
+    if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v)):
+        raise ExperimentError(f"{where}: a window is [start_h, end_h], got {v!r}")
+    a, b = float(v[0]), float(v[1])
+    if not 0 <= a < b:
+        raise ExperimentError(f"{where}: window [{a}, {b}] must have 0 <= start < end")
+    return a, b
+
+
+def _scenario_entry(where: str, d: Any, base: Path, *, holdout: bool) -> ScenarioEntry:
+    if not isinstance(d, dict):
+        raise ExperimentError(f"{where}: expected a mapping")
+    _keys(where, d, _names(ScenarioEntry))
+    if "scenario" not in d:
+        raise ExperimentError(f"{where}: missing 'scenario'")
+    sc = d["scenario"]
+    if isinstance(sc, str) and not sc.startswith("bundled:"):
+        p = Path(sc)
+        sc = str(p if p.is_absolute() else (base / p))
+        if not Path(sc).exists():
+            raise ExperimentError(f"{where}.scenario: {sc}: file not found")
+    train = _window(f"{where}.train_window_h", d["train_window_h"]) if d.get("train_window_h") else None
+    evals = tuple(_window(f"{where}.eval_windows_h[{i}]", w) for i, w in enumerate(d.get("eval_windows_h") or ()))
+    if train is None and not holdout:
+        raise ExperimentError(f"{where}: a training scenario needs train_window_h")
+    if train is not None:
+        for i, (a, b) in enumerate(evals):
+            if a < train[1] and train[0] < b:
+                raise ExperimentError(
+                    f"{where}.eval_windows_h[{i}]: [{a}, {b}] overlaps the training window "
+                    f"[{train[0]}, {train[1]}]; evaluation must use data the policy never saw"
+                )
+    lfs = tuple(float(x) for x in d.get("load_factors") or ())
+    if any(x <= 0 for x in lfs):
+        raise ExperimentError(f"{where}.load_factors: must be > 0")
+    return ScenarioEntry(
+        name=str(d.get("name") or f"scenario{where[-2]}"), scenario=sc, train_window_h=train, eval_windows_h=evals,
+        clusters=tuple(str(c) for c in d.get("clusters") or ()), load_factors=lfs,
+    )
+
+
+def _sub(where: str, d: Any, cls: type) -> Any:
+    if d is None:
+        return cls()
+    if not isinstance(d, dict):
+        raise ExperimentError(f"{where}: expected a mapping")
+    _keys(where, d, _names(cls))
+    try:
+        return cls(**d)
+    except TypeError as exc:
+        raise ExperimentError(f"{where}: {exc}") from None
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
+    path = Path(path)
+    if not path.exists():
+        raise ExperimentError(f"{path}: experiment file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ExperimentError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise ExperimentError(f"{path}: an experiment is a mapping of keys")
+    try:
+        return _parse(data, path)
+    except ExperimentError as exc:
+        msg = str(exc)
+        raise ExperimentError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
+
+
+def _parse(data: dict[str, Any], path: Path) -> Experiment:
+    known = _names(Experiment) - {"source"}
+    _keys("experiment", data, known)
+    base = path.parent
+    if not data.get("scenarios"):
+        raise ExperimentError("experiment: 'scenarios' must list at least one training scenario")
+    scen = tuple(_scenario_entry(f"scenarios[{i}]", d, base, holdout=False) for i, d in enumerate(data["scenarios"]))
+    hold = tuple(_scenario_entry(f"holdout[{i}]", d, base, holdout=True) for i, d in enumerate(data.get("holdout") or ()))
+    from rlsched.envs.gpu_pool import DEFAULT_REWARD_WEIGHTS
+
+    reward = dict(data.get("reward") or {})
+    _keys("reward", reward, set(DEFAULT_REWARD_WEIGHTS))
+    ppo = _sub("ppo", data.get("ppo"), PpoParams)
+    if ppo.batch_size > ppo.n_steps * int(data.get("n_envs", 2)):
+        raise ExperimentError("ppo.batch_size must be <= ppo.n_steps x n_envs")
+    vec = str(data.get("vec_env", "subproc"))
+    if vec not in ("subproc", "dummy"):
+        raise ExperimentError(f"vec_env must be subproc or dummy, got {vec!r}")
+    out = str(data.get("output") or "")
+    if out:
+        p = Path(out)
+        out = str(p if p.is_absolute() else (base / p))
+    network = dict(data.get("network") or {"hidden": 64})
+    _keys("network", network, {"hidden"})
+    exp = Experiment(
+        name=str(data.get("name") or path.stem), scenarios=scen, description=str(data.get("description") or ""),
+        holdout=hold, episode_jobs=int(data.get("episode_jobs", 400)), eval_max_jobs=int(data.get("eval_max_jobs", 2000)),
+        reward={k: float(v) for k, v in reward.items()}, ppo=ppo, network={k: int(v) for k, v in network.items()},
+        window=int(data.get("window", 16)), max_pools=int(data.get("max_pools", 4)), n_envs=int(data.get("n_envs", 2)),
+        vec_env=vec, total_steps=int(data.get("total_steps", 100_000)), seed=int(data.get("seed", 0)),
+        bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
+        checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
+        mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), output=out, source=str(path),
+    )
+    for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),
+                    ("window", exp.window), ("max_pools", exp.max_pools), ("eval_max_jobs", exp.eval_max_jobs)):
+        if v < 1:
+            raise ExperimentError(f"{name} must be >= 1, got {v}")
+    return exp

@@ -1,0 +1,368 @@
+"""``rlsched train``: MaskablePPO over the simulator, tracked in MLflow, exported as a model folder.
+
+The loop: build training worlds from the experiment, optionally behaviour-clone
+the weighted-priority teacher, run MaskablePPO with checkpoints (``--resume``
+continues from the last one) and periodic evaluation, then evaluate the final
+policy on every evaluation and holdout window against every heuristic, write the
+model folder with its card, and log and register it in MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsched.errors import RlschedError
+from rlsched.train.config import Experiment
+from rlsched.train.evaluate import comparison_markdown, evaluate
+from rlsched.train.worlds import MultiWorldEnv, World, evaluation_worlds, training_worlds
+
+
+@dataclass
+class TrainResult:
+    model_dir: Path
+    steps: int
+    wall_s: float
+    eval: dict[str, Any]
+    holdout: dict[str, Any] | None
+    run_id: str | None
+    version: str | None
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _env_kwargs(exp: Experiment) -> dict[str, Any]:
+    return {"window": exp.window, "max_pools": exp.max_pools, "episode_jobs": exp.episode_jobs,
+            "reward_weights": exp.reward or None, "max_steps": 20_000}
+
+
+def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
+    """``n_envs`` copies of the multi-world env (subprocesses unless ``vec_env: dummy``)."""
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    kwargs = _env_kwargs(exp)
+
+    def factory(i: int) -> Callable[[], Any]:
+        def make() -> Any:
+            env = Monitor(MultiWorldEnv(worlds, **kwargs))
+            env.reset(seed=seed + i)
+            return env
+
+        return make
+
+    fns = [factory(i) for i in range(exp.n_envs)]
+    if exp.vec_env == "subproc" and exp.n_envs > 1:
+        return SubprocVecEnv(fns, start_method="fork" if platform.system() == "Linux" else "spawn")
+    return DummyVecEnv(fns)
+
+
+def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Callable[[str], None]) -> dict[str, float]:
+    """Warm start: imitate the weighted-priority teacher (DL2-style) before PPO.
+
+    Returns the teacher-agreement accuracy before and after cloning.
+    """
+    import torch
+
+    from rlsched.train.teacher import teacher_action
+
+    env = MultiWorldEnv(worlds, **_env_kwargs(exp))
+    obs, _ = env.reset(seed=exp.seed + 10_000)
+    observations: dict[str, list[np.ndarray]] = {k: [] for k in obs}
+    masks, actions = [], []
+    for _ in range(exp.bc.steps):
+        inner = env.current
+        mask = inner.action_masks()
+        a = teacher_action(inner.codec, inner.engine.state, mask)
+        for k, v in obs.items():
+            observations[k].append(v)
+        masks.append(mask.copy())
+        actions.append(a)
+        obs, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            obs, _ = env.reset()
+    policy = model.policy
+    obs_t = {k: torch.as_tensor(np.stack(v)) for k, v in observations.items()}
+    mask_np = np.stack(masks)
+    act_t = torch.as_tensor(np.array(actions))
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            dist = policy.get_distribution(obs_t, action_masks=mask_np)
+            pred = dist.distribution.probs.argmax(dim=1)
+        return float((pred == act_t).float().mean())
+
+    before = accuracy()
+    opt = torch.optim.Adam(policy.parameters(), lr=exp.bc.learning_rate)
+    n = len(actions)
+    batch = 256
+    rng = np.random.default_rng(exp.seed)
+    for epoch in range(exp.bc.epochs):
+        perm = rng.permutation(n)
+        total = 0.0
+        for i in range(0, n, batch):
+            idx = perm[i: i + batch]
+            dist = policy.get_distribution({k: v[idx] for k, v in obs_t.items()}, action_masks=mask_np[idx])
+            loss = -dist.log_prob(act_t[idx]).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        log(f"behaviour cloning epoch {epoch + 1}/{exp.bc.epochs}: loss {total / n:.4f}")
+    after = accuracy()
+    return {"bc/agreement_before": before, "bc/agreement_after": after, "bc/samples": float(n)}
+
+
+class _Progress:
+    """SB3 callback: a live progress bar (reward, fps), checkpoints and periodic evaluation."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from stable_baselines3.common.callbacks import BaseCallback
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        class Callback(BaseCallback):
+            def __init__(self, total: int, ckpt_dir: Path, ckpt_every: int, eval_every: int,
+                         on_eval: Callable[[int], None] | None, quiet: bool) -> None:
+                super().__init__()
+                self.total, self.ckpt_dir, self.ckpt_every = total, ckpt_dir, ckpt_every
+                self.eval_every, self.on_eval = eval_every, on_eval
+                self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                                         TextColumn("{task.fields[info]}"), TimeRemainingColumn(), disable=quiet)
+                self.task: Any = None
+                self.t0 = time.perf_counter()
+                self.start_steps = 0
+                self.last_ckpt = 0
+                self.last_eval = 0
+
+            def _on_training_start(self) -> None:
+                self.start_steps = self.num_timesteps
+                self.last_ckpt = self.last_eval = self.num_timesteps
+                self.progress.start()
+                self.task = self.progress.add_task("train", total=self.total, completed=self.num_timesteps,
+                                                   info="")
+
+            def _on_step(self) -> bool:
+                n = self.num_timesteps
+                if n % 64 == 0 or n >= self.total:
+                    buf = self.model.ep_info_buffer
+                    rew = np.mean([e["r"] for e in buf]) if buf else float("nan")
+                    fps = (n - self.start_steps) / max(time.perf_counter() - self.t0, 1e-9)
+                    self.progress.update(self.task, completed=n, info=f"reward {rew:9.2f}  {fps:6.0f} steps/s")
+                if self.ckpt_every and n - self.last_ckpt >= self.ckpt_every:
+                    self.last_ckpt = n
+                    save_checkpoint(self.model, self.ckpt_dir, n)
+                if self.on_eval is not None and self.eval_every and n - self.last_eval >= self.eval_every:
+                    self.last_eval = n
+                    self.on_eval(n)
+                return True
+
+            def _on_training_end(self) -> None:
+                self.progress.stop()
+
+        return Callback(*args, **kwargs)
+
+
+def save_checkpoint(model: Any, ckpt_dir: Path, steps: int) -> Path:
+    """Atomically save a resumable checkpoint and point ``latest`` at it."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / f"step-{steps:09d}.zip"
+    tmp = ckpt_dir / f".step-{steps:09d}.tmp.zip"
+    model.save(tmp)
+    tmp.replace(path)
+    latest = ckpt_dir / "latest.json"
+    tmp_latest = ckpt_dir / ".latest.json.tmp"
+    tmp_latest.write_text(json.dumps({"path": path.name, "steps": steps}))
+    tmp_latest.replace(latest)
+    return path
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    latest = ckpt_dir / "latest.json"
+    if not latest.exists():
+        return None
+    try:
+        name = json.loads(latest.read_text())["path"]
+    except (ValueError, KeyError):
+        raise RlschedError(f"{latest}: corrupted checkpoint index; delete it to start over") from None
+    path = ckpt_dir / name
+    return path if path.exists() else None
+
+
+def train(
+    exp: Experiment,
+    *,
+    run_dir: Path,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
+    quiet: bool = False,
+    track: bool = True,
+) -> TrainResult:
+    """Train, evaluate, export and (with ``track``) log and register one policy."""
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    from rlsched.policies.ppo import PolicyModel, PpoScheduler
+    from rlsched.policies.ppo_net import SlotScorer, SlotScoringPolicy
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(exp.n_envs, 1)))
+    t_start = time.perf_counter()
+    worlds = training_worlds(exp.scenarios)
+    eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
+    holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
+    log(f"{len(worlds)} training worlds, {len(eval_worlds)} evaluation windows, {len(holdout_worlds)} holdout windows")
+    ckpt_dir = run_dir / "checkpoints"
+    venv = make_vec_env(exp, worlds, exp.seed)
+    tracker = None
+    if track and exp.mlflow.enabled:
+        from rlsched.train.tracking import Tracker
+
+        tracker = Tracker(exp.mlflow.experiment, run_name=exp.name, params=exp.flat_params(),
+                          tags={"git_commit": _git_commit(), "experiment_file": exp.source})
+    try:
+        ckpt = latest_checkpoint(ckpt_dir) if resume else None
+        if resume and ckpt is None:
+            log(f"no checkpoint in {ckpt_dir}; starting from scratch")
+        bc_stats: dict[str, float] = {}
+        if ckpt is not None:
+            model = MaskablePPO.load(ckpt, env=venv, device="cpu")
+            log(f"resumed from {ckpt.name} at step {model.num_timesteps}")
+        else:
+            p = exp.ppo
+            model = MaskablePPO(
+                SlotScoringPolicy, venv, learning_rate=p.learning_rate, n_steps=p.n_steps, batch_size=p.batch_size,
+                n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda, clip_range=p.clip_range,
+                ent_coef=p.ent_coef, vf_coef=p.vf_coef, max_grad_norm=p.max_grad_norm, seed=exp.seed, device="cpu",
+                policy_kwargs={"features_extractor_kwargs": {"n_layouts": 6, "hidden": exp.network.get("hidden", 64)}},
+                verbose=0,
+            )
+            if exp.bc.steps > 0:
+                bc_stats = behaviour_clone(model, exp, worlds, log)
+                log(f"behaviour cloning: teacher agreement {bc_stats['bc/agreement_before']:.1%} -> "
+                    f"{bc_stats['bc/agreement_after']:.1%} on {int(bc_stats['bc/samples'])} samples")
+        if tracker is not None:
+            tracker.attach(model)
+            if bc_stats:
+                tracker.log_metrics(bc_stats, step=0)
+
+        def current_policy() -> PpoScheduler:
+            net = model.policy.features_extractor
+            assert isinstance(net, SlotScorer)
+            from rlsched.envs.codec import ObservationCodec
+
+            c = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
+            return PpoScheduler(PolicyModel(net, {"window": c.window, "max_pools": c.max_pools,
+                                                  "layouts": c.layouts}, c.signature(), {}))
+
+        def periodic_eval(step: int) -> None:
+            res = evaluate(eval_worlds[:2], current_policy, heuristics=["weighted-priority"])
+            if tracker is not None:
+                tracker.log_eval(res["summary"], step)
+            s = res["summary"]
+            log(f"step {step}: eval mean JCT ppo {s['ppo']['mean_jct_s'] / 3600:.2f} h vs "
+                f"weighted-priority {s['weighted-priority']['mean_jct_s'] / 3600:.2f} h")
+
+        remaining = max(exp.total_steps - model.num_timesteps, 0)
+        cb = _Progress(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, exp.eval_every_steps,
+                       periodic_eval if exp.eval_every_steps else None, quiet)
+        if remaining:
+            model.learn(total_timesteps=remaining, callback=cb, reset_num_timesteps=ckpt is None)
+        save_checkpoint(model, ckpt_dir, model.num_timesteps)
+        train_wall = time.perf_counter() - t_start
+        log("evaluating the final policy against every heuristic ...")
+        ev = evaluate(eval_worlds, current_policy)
+        ho = evaluate(holdout_worlds, current_policy) if holdout_worlds else None
+        table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
+        if ho is not None:
+            table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(holdout_worlds)} windows)")
+        log(table)
+        from rlsched.envs.codec import ObservationCodec
+
+        codec = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
+        card = {
+            "name": exp.name,
+            "description": exp.description,
+            "observation_signature": codec.signature(),
+            "experiment": exp.source,
+            "scenarios": [{"name": e.name, "scenario": e.scenario, "train_window_h": e.train_window_h,
+                           "eval_windows_h": e.eval_windows_h, "clusters": e.clusters,
+                           "load_factors": e.load_factors} for e in exp.scenarios],
+            "holdout": [{"name": e.name, "scenario": e.scenario, "eval_windows_h": e.eval_windows_h,
+                         "clusters": e.clusters, "load_factors": e.load_factors} for e in exp.holdout],
+            "training_worlds": [w.label for w in worlds],
+            "steps": int(model.num_timesteps),
+            "seed": exp.seed,
+            "wall_s": round(train_wall, 1),
+            "behaviour_cloning": bc_stats,
+            "git_commit": _git_commit(),
+            "metrics": {"eval": ev["summary"], "eval_relative": ev["relative"],
+                        "holdout": ho["summary"] if ho else None,
+                        "holdout_relative": ho["relative"] if ho else None},
+            "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
+            "command": f"rlsched train {exp.source}",
+        }
+        out = Path(exp.output) if exp.output else run_dir / "model"
+        net = model.policy.features_extractor
+        PolicyModel.save(out, net, codec, card)
+        (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
+        log(f"wrote model folder {out}")
+        run_id = version = None
+        if tracker is not None:
+            tracker.log_artifacts(out)
+            run_id = tracker.run_id
+            version = tracker.register(out, exp.mlflow.registered_model,
+                                       tags={"observation_signature": codec.signature(),
+                                             "training_data": ";".join(e.name for e in exp.scenarios)})
+            if version is not None:
+                log(f"registered {exp.mlflow.registered_model} version {version} (alias challenger)")
+                card["mlflow"] = {"run_id": run_id, "registered_model": exp.mlflow.registered_model,
+                                  "version": version}
+                (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+        return TrainResult(out, int(model.num_timesteps), time.perf_counter() - t_start, ev, ho, run_id, version)
+    finally:
+        venv.close()
+        if tracker is not None:
+            tracker.close()
+
+
+def model_card_markdown(card: dict[str, Any], table: str) -> str:
+    """The human model card (MODEL_CARD.md) next to card.json."""
+    rel = card["metrics"]["eval_relative"].get("ppo", {})
+    wins = []
+    for p, s in card["metrics"]["eval"].items():
+        if p != "ppo" and s["mean_jct_s"] < card["metrics"]["eval"]["ppo"]["mean_jct_s"]:
+            wins.append(p)
+    lines = [
+        f"# Model card: {card['name']}",
+        "",
+        card.get("description") or "",
+        "",
+        f"- observation signature: `{card['observation_signature']}`",
+        f"- produced by: `{card['command']}` (git {card['git_commit'][:12]})",
+        f"- steps: {card['steps']:,}, seed {card['seed']}, training wall time {card['wall_s']:.0f} s",
+        f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
+        f"{', ...' if len(card['training_worlds']) > 6 else ''})",
+        f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
+        "",
+        f"On the evaluation windows the policy's mean JCT is {rel.get('jct_vs_weighted_priority', float('nan')):.3f}x "
+        f"weighted-priority's at {rel.get('cost_vs_weighted_priority', float('nan')):.3f}x its cost.",
+        "",
+        "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
+        "",
+        table,
+    ]
+    return "\n".join(lines) + "\n"
