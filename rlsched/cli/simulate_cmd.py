@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from rlsched.cli.app import app
+from rlsched.cluster.model import PoolSpec
 from rlsched.errors import ScenarioError
 
 
@@ -37,6 +38,10 @@ def build_policy(spec: str) -> Any:
     """A scheduler from ``NAME`` or a policy-spec YAML (``{policy: NAME, params: {...}}``)."""
     from rlsched.policies import make_policy
 
+    if spec.startswith("ppo:"):
+        from rlsched.policies.ppo import make_ppo_policy
+
+        return make_ppo_policy(spec[4:])
     if spec.endswith((".yaml", ".yml")):
         path = Path(spec)
         if not path.exists():
@@ -72,10 +77,13 @@ def simulate(
         "--trace", help="Job trace (canonical CSV or Philly/openb/DLRM).")] = None,
     cluster: Annotated[str | None, typer.Option(
         "--cluster", help="Pools: [KIND:][MIN-]NODESxGPUSxMODEL[/mig=LAYOUT|/ts=N], comma-separated.")] = None,
+    pools: Annotated[Path | None, typer.Option(
+        "--pools", help="Pool spec (HCL) to simulate instead of --cluster: the same file you plan and apply.")] = None,
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", help="Scenario YAML (cluster + workload + market); default: the bundled one.")] = None,
     policy: Annotated[list[str] | None, typer.Option(
-        "--policy", "-p", help="Policy name or policy-spec YAML; repeat to compare. Default: every heuristic.")] = None,
+        "--policy", "-p", help="Policy name, policy-spec YAML, or ppo:MODEL_DIR / ppo:models:/NAME@ALIAS; "
+        "repeat to compare. Default: every heuristic.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of utilisation, queue, cost, nodes.")] = None,
     load_factor: Annotated[float | None, typer.Option(
@@ -111,6 +119,16 @@ def simulate(
     from rlsched.scenario import Scenario, apply_workload_options, build_market, load_jobs, load_scenario
     from rlsched.sim import Engine
 
+    declared: list[PoolSpec] | None = None
+    if pools is not None:
+        if cluster is not None:
+            raise ScenarioError("--pools and --cluster both name the cluster; use one")
+        from rlsched.spec import load_spec, to_pool_specs
+
+        declared = to_pool_specs(load_spec(pools))
+        cluster = str(pools)
+        if trace is None and scenario is None:
+            raise ScenarioError("--pools needs --trace (the workload to replay on the declared pools)")
     if (trace is None) != (cluster is None) and scenario is None:
         raise ScenarioError("--trace and --cluster go together (or use --scenario, or neither for the default)")
     if scenario is not None and (trace is not None or cluster is not None):
@@ -118,12 +136,13 @@ def simulate(
     if trace is not None and cluster is not None:
         from rlsched.cluster.spec import parse_cluster
 
-        pools = parse_cluster(cluster)
+        pool_specs = declared if declared is not None else parse_cluster(cluster)
         entry: dict[str, Any] = {"path": str(trace), "format": trace_format, "skip_bad_rows": skip_bad_rows}
         if virtual_cluster:
             entry["virtual_cluster"] = virtual_cluster
         jobs, source = load_jobs([entry], None)
-        sc = Scenario(name=trace.name, pools=pools, jobs=jobs, market=build_market("default", pools), source=source)
+        sc = Scenario(name=trace.name, pools=pool_specs, jobs=jobs, market=build_market("default", pool_specs),
+                      source=source)
     else:
         sc = load_scenario(scenario)
     jobs = apply_workload_options(sc.jobs, sc.pools, load_factor=load_factor, preemptible=preemptible or "trace",

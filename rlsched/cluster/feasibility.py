@@ -201,6 +201,8 @@ def unschedulable_reason(job: Job, pools: Sequence[PoolSpec]) -> str:
     biggest = max(p.max_nodes * p.gpus_per_node for p in allowed)
     if job.num_gpus > biggest:
         return f"asks for {job.num_gpus} GPUs; the largest allowed pool has {biggest}"
+    if job.num_gpus > 1 and all(p.sharing is Sharing.MIG for p in allowed):
+        return f"asks for {job.num_gpus} whole GPUs; MIG pools give one instance per job"
     return "no pool can hold its request (MIG profile, CPU or memory)"
 
 

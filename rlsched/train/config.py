@@ -226,12 +226,16 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
     if not data.get("scenarios"):
         raise ExperimentError("experiment: 'scenarios' must list at least one training scenario")
     scen = tuple(_scenario_entry(f"scenarios[{i}]", d, base, holdout=False) for i, d in enumerate(data["scenarios"]))
-    hold = tuple(_scenario_entry(f"holdout[{i}]", d, base, holdout=True) for i, d in enumerate(data.get("holdout") or ()))
+    hold = tuple(
+        _scenario_entry(f"holdout[{i}]", d, base, holdout=True) for i, d in enumerate(data.get("holdout") or ())
+    )
     from rlsched.envs.gpu_pool import DEFAULT_REWARD_WEIGHTS
 
     reward = dict(data.get("reward") or {})
     _keys("reward", reward, set(DEFAULT_REWARD_WEIGHTS))
     ppo = _sub("ppo", data.get("ppo"), PpoParams)
+    if int(data.get("n_envs", 2)) < 1:
+        raise ExperimentError(f"n_envs must be >= 1, got {data.get('n_envs')}")
     if ppo.batch_size > ppo.n_steps * int(data.get("n_envs", 2)):
         raise ExperimentError("ppo.batch_size must be <= ppo.n_steps x n_envs")
     vec = str(data.get("vec_env", "subproc"))
@@ -245,7 +249,8 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
     _keys("network", network, {"hidden"})
     exp = Experiment(
         name=str(data.get("name") or path.stem), scenarios=scen, description=str(data.get("description") or ""),
-        holdout=hold, episode_jobs=int(data.get("episode_jobs", 400)), eval_max_jobs=int(data.get("eval_max_jobs", 2000)),
+        holdout=hold, episode_jobs=int(data.get("episode_jobs", 400)),
+        eval_max_jobs=int(data.get("eval_max_jobs", 2000)),
         reward={k: float(v) for k, v in reward.items()}, ppo=ppo, network={k: int(v) for k, v in network.items()},
         window=int(data.get("window", 16)), max_pools=int(data.get("max_pools", 4)), n_envs=int(data.get("n_envs", 2)),
         vec_env=vec, total_steps=int(data.get("total_steps", 100_000)), seed=int(data.get("seed", 0)),

@@ -80,7 +80,8 @@ def comparison_markdown(result: dict[str, Any], title: str) -> str:
         r = rel.get(p, {})
         lines.append(
             f"| {p} | {s['mean_jct_s'] / 3600:.2f} | {s['p95_jct_s'] / 3600:.2f} | {s['mean_wait_s'] / 3600:.2f} | "
-            f"{s['cost_usd']:,.0f} | {s['gpu_utilization']:.1%} | {r.get('jct_vs_weighted_priority', float('nan')):.3f} | "
+            f"{s['cost_usd']:,.0f} | {s['gpu_utilization']:.1%} | "
+            f"{r.get('jct_vs_weighted_priority', float('nan')):.3f} | "
             f"{r.get('cost_vs_weighted_priority', float('nan')):.3f} | {s['jobs_completed']:.0f} | "
             f"{s['jobs_unschedulable']:.0f} |"
         )

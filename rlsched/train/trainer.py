@@ -35,7 +35,7 @@ class TrainResult:
     eval: dict[str, Any]
     holdout: dict[str, Any] | None
     run_id: str | None
-    version: str | None
+    version: int | None
 
 
 def _git_commit() -> str:
@@ -132,8 +132,8 @@ class _Progress:
     """SB3 callback: a live progress bar (reward, fps), checkpoints and periodic evaluation."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from stable_baselines3.common.callbacks import BaseCallback
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from stable_baselines3.common.callbacks import BaseCallback
 
         class Callback(BaseCallback):
             def __init__(self, total: int, ckpt_dir: Path, ckpt_every: int, eval_every: int,

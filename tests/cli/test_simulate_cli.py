@@ -127,3 +127,17 @@ def test_usage_error_exit_2() -> None:
     proc = run("simulate", "--bogus")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+
+
+def test_simulate_declared_pools_hcl(tmp_path: Path) -> None:
+    """The same HCL file that plan/apply use replays a trace (issue 4: one spec for both worlds)."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "o.json"
+    proc = run("simulate", "--pools", str(root / "configs" / "onprem-mig.hcl"), "--trace",
+               str(DATA / "openb_pods_slice.csv"), "-p", "fgd", "-q", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())["results"][0]
+    assert r["jobs_completed"] > 0
+    assert r["cost_usd"] > 0  # the spec's amortised cost_per_gpu_hour survives (no lossy round trip)
+    proc = run("simulate", "--pools", str(root / "configs" / "onprem-mig.hcl"), "--cluster", "1x8xA100-80GB")
+    assert proc.returncode == 1 and "use one" in proc.stderr

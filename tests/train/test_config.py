@@ -1,0 +1,77 @@
+"""The experiment schema: strict keys, window rules, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlsched.train.config import ExperimentError, load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "exp.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+name: t
+scenarios:
+  - name: a
+    scenario: bundled:default
+    train_window_h: [0, 10]
+    eval_windows_h: [[20, 30]]
+"""
+
+
+def test_shipped_experiments_load() -> None:
+    for name in ("smoke", "default"):
+        exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
+        assert exp.scenarios and exp.total_steps > 0
+
+
+def test_defaults_and_flat_params(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, BASE))
+    assert exp.ppo.gamma == pytest.approx(0.999)
+    params = exp.flat_params()
+    assert params["ppo.learning_rate"] == pytest.approx(3e-4)
+    assert params["scenarios.0.name"] == "a"
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ("totl_steps: 5\n", "did you mean 'total_steps'"),
+        ("ppo: {learning_rat: 0.1}\n", "did you mean 'learning_rate'"),
+        ("reward: {jtc: 1}\n", "did you mean 'jct'"),
+        ("vec_env: threads\n", "subproc or dummy"),
+        ("n_envs: 0\n", "n_envs must be >= 1"),
+        ("ppo: {n_steps: 8, batch_size: 64}\nn_envs: 2\n", "batch_size"),
+    ],
+)
+def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
+    with pytest.raises(ExperimentError, match=needle.replace("(", r"\(")):
+        load_experiment(write(tmp_path, BASE + extra))
+
+
+def test_eval_window_must_not_overlap_training(tmp_path: Path) -> None:
+    text = BASE.replace("[[20, 30]]", "[[5, 30]]")
+    with pytest.raises(ExperimentError, match="overlaps the training window"):
+        load_experiment(write(tmp_path, text))
+
+
+def test_missing_scenario_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="file not found"):
+        load_experiment(write(tmp_path, BASE.replace("bundled:default", "nope.yaml")))
+    with pytest.raises(ExperimentError, match=r"exp.yaml:\d+:\d+: invalid YAML"):
+        load_experiment(write(tmp_path, "name: [unclosed\n"))
+    with pytest.raises(ExperimentError, match="experiment file not found"):
+        load_experiment(tmp_path / "absent.yaml")
+
+
+def test_training_scenario_needs_a_window(tmp_path: Path) -> None:
+    with pytest.raises(ExperimentError, match="needs train_window_h"):
+        load_experiment(write(tmp_path, BASE.replace("    train_window_h: [0, 10]\n", "")))
