@@ -72,8 +72,8 @@ class ApplyResult:
     def line(self) -> str:
         adopt = f"{self.adopted} adopted, " if self.adopted else ""
         return (f"Apply complete! Resources: {adopt}{self.added} added, {self.changed} changed, "
-                f"{self.destroyed} destroyed. {self.gpus_reconfigured} GPUs reconfigured, "
-                f"{self.nodes_drained} nodes drained.")
+                f"{self.destroyed} destroyed. {self.gpus_reconfigured} GPU{'' if self.gpus_reconfigured == 1 else 's'} "
+                f"reconfigured, {self.nodes_drained} node{'' if self.nodes_drained == 1 else 's'} drained.")
 
 
 class _NodeFailed(Exception):

@@ -163,7 +163,8 @@ class Summary:
         """``Plan: N to add, N to change, N to destroy. N GPUs to reconfigure, M nodes to drain.``."""
         adopt = f"{self.adopt} to adopt, " if self.adopt else ""
         return (f"Plan: {adopt}{self.add} to add, {self.change} to change, {self.destroy} to destroy. "
-                f"{self.gpus_to_reconfigure} GPUs to reconfigure, {self.nodes_to_drain} nodes to drain.")
+                f"{self.gpus_to_reconfigure} GPU{'' if self.gpus_to_reconfigure == 1 else 's'} to reconfigure, "
+                f"{self.nodes_to_drain} node{'' if self.nodes_to_drain == 1 else 's'} to drain.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,7 +421,7 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
         node_obs = {"fingerprint": info.fingerprint()}
         if rec is None:
             node_changes.append(Change("node", host, host, Action.CREATE, None, {"pool": pool.name},
-                                       (f"enrols {host} ({len(info.gpus)} GPUs) in pool.{pool.name}",),
+                                       (f"enrols {host} ({_gpus(len(info.gpus))}) in pool.{pool.name}",),
                                        node=host, pool=pool.name, observed=node_obs, depends_on=(f"pool.{pool.name}",)))
         elif rec.attributes.get("pool") != pool.name:
             old = rec.attributes.get("pool")
@@ -566,3 +567,7 @@ def _check_gpu(spec: Spec, pool: PoolDecl, host: str, g: GpuInfo, want: Mapping[
         diags.append(Diagnostic("error", "Invalid MIG layout",
                                 f"{desc} does not fit an {g.name} (mig_layout.{pool.mig_layout}, pool.{pool.name})",
                                 pool.range))
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"

@@ -18,7 +18,7 @@ Text layout::
       ? node "gpu-h100-06"
           # unreachable at refresh: no change planned
 
-    Plan: 1 to adopt, 1 to add, 0 to change, 0 to destroy. 1 GPUs to reconfigure, 1 nodes to drain.
+    Plan: 1 to adopt, 1 to add, 0 to change, 0 to destroy. 1 GPU to reconfigure, 1 node to drain.
 
 The glyph column is three wide and right-aligned so that ``+``, ``~`` and ``-/+`` line up.
 """

@@ -86,7 +86,7 @@ def test_layout_change_is_replace_with_recreate_reason_and_drain() -> None:
     assert p.summary.gpus_to_reconfigure == 2 and p.summary.nodes_to_drain == 1
     text = render_plan(p)
     assert '-/+ gpu "n1/0" { ~ mig_layout = {"1g.10gb"=2,"2g.20gb"=1,"3g.40gb"=1} -> {"3g.40gb"=2} }' in text
-    assert "Plan: 0 to add, 1 to change, 0 to destroy. 2 GPUs to reconfigure, 1 nodes to drain." in text
+    assert "Plan: 0 to add, 1 to change, 0 to destroy. 2 GPUs to reconfigure, 1 node to drain." in text
 
 
 def test_mig_mode_change_is_update_needing_reset() -> None:

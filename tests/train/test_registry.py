@@ -22,7 +22,6 @@ from rlsched.errors import RlschedError
 from rlsched.policies.ppo import ModelError, PolicyModel
 from rlsched.train.tracking import TrackingError
 
-ROOT = Path(__file__).resolve().parents[2]
 CLI = "import rlsched.cli.registry_cmd; from rlsched.cli import main; main()"
 
 pytestmark = pytest.mark.slow  # one real MLflow server start (~10 s) plus a dozen registrations
