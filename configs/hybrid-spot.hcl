@@ -3,7 +3,7 @@
 
 variable "region" {
   type    = string
-  default = "us-east-1"
+  default = "us-central1" # a region the bundled market has prices for (rlsched market show)
 }
 
 variable "spot_max_nodes" {

@@ -141,3 +141,14 @@ def test_simulate_declared_pools_hcl(tmp_path: Path) -> None:
     assert r["cost_usd"] > 0  # the spec's amortised cost_per_gpu_hour survives (no lossy round trip)
     proc = run("simulate", "--pools", str(root / "configs" / "onprem-mig.hcl"), "--cluster", "1x8xA100-80GB")
     assert proc.returncode == 1 and "use one" in proc.stderr
+
+
+@pytest.mark.parametrize("config", ["local.hcl", "onprem-mig.hcl", "hybrid-spot.hcl"])
+def test_every_shipped_config_simulates(tmp_path: Path, config: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "o.json"
+    proc = run("simulate", "--pools", str(root / "configs" / config), "--trace", str(DATA / "philly_slice.csv"),
+               "-p", "weighted-priority", "-q", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())["results"][0]
+    assert r["jobs_completed"] > 0 and r["refused_decisions"] == 0
