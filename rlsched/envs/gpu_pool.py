@@ -38,6 +38,11 @@ REWARD_SCALE_JOB_HOURS = 10.0
 _DAY_S = 86400.0
 
 
+#: Job-hours charged for each job left stranded (never placed) or unfinished at the horizon.
+STRANDED_PENALTY_H = 100.0
+_STRANDED_PREFIXES = ("never placed", "unfinished at the simulation horizon")
+
+
 class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     """Schedule a GPU cluster (on-prem, MIG, spot and on-demand pools) replaying a real trace.
 
@@ -194,6 +199,7 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         self._refused = 0
         self._cost = eng.cost_so_far()
         self._preemptions = 0
+        self._stranded = 0
         self._lost_gpu_s = 0.0
         self._deadlines = sorted((j.deadline, j.job_id) for j in jobs if j.deadline is not None)
         self._next_deadline = 0
@@ -230,6 +236,11 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             cost = eng.cost_so_far()
             acc["cost_usd"] += cost - self._cost
             self._cost = cost
+        stranded = sum(n for reason, n in eng.unschedulable.items() if reason.startswith(_STRANDED_PREFIXES))
+        if stranded > self._stranded:
+            # Jobs the policy left to strand count as if each stayed in the system this long.
+            acc["job_hours"] += (stranded - self._stranded) * STRANDED_PENALTY_H
+            self._stranded = stranded
         if eng.preemptions != self._preemptions:
             lost = sum(r.lost_gpu_seconds for r in eng.runs.values())
             acc["preemptions"] += eng.preemptions - self._preemptions
@@ -260,7 +271,14 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             if not self._advance():
                 break
             self._auto += 1
-        return codec.mask(st)
+        mask = codec.mask(st)
+        # Waiting with nothing left to happen would strand the queue and end the episode
+        # early - a reward hack (the jobs leave the system unpunished). When no event is
+        # pending and something else is legal, waiting is not.
+        if not eng.done and eng.next_event_time() is None and mask[: codec.wait_action].any():
+            mask = mask.copy()
+            mask[codec.wait_action] = False
+        return mask
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one action (or wait), then auto-advance past wait-only states."""
@@ -331,7 +349,11 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         }
 
     def action_masks(self) -> np.ndarray:
-        """Legal actions now (for ``sb3_contrib.MaskablePPO``); wait is always legal."""
+        """Legal actions now (for ``sb3_contrib.MaskablePPO``).
+
+        The codec's mask, except that waiting is illegal when no event is pending and
+        another action is legal (waiting would strand the queue).
+        """
         return self._mask.copy()
 
     @property

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.cluster.decisions import Decision
-from rlsched.cluster.model import ClusterState
+from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.envs.codec import ObservationCodec
 from rlsched.errors import RlschedError
 
@@ -179,6 +179,13 @@ class PpoScheduler:
             mask = codec.mask(state)
             if codec.only_wait(state):
                 return
+            if not state.running and mask[: codec.wait_action].any() and not any(
+                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
+            ):
+                # Nothing runs or is coming up: waiting could strand the queue. Training masks
+                # waiting in that situation, so serving does the same.
+                mask = mask.copy()
+                mask[codec.wait_action] = False
             action = self.model.act(codec.encode(state), mask)
             decision = codec.decode(action, state)
             if decision is None:
