@@ -45,6 +45,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -499,13 +500,22 @@ def resolve_version(uri: str | ModelRef) -> Any:
     raise ModelError(f"{ref}: model {ref.name!r} has no {what} (aliases: {aliases})")
 
 
+def model_cache_dir() -> Path:
+    """``$RLSCHED_MODEL_CACHE``, else ``~/.cache/rlsched/models``."""
+    env = os.environ.get("RLSCHED_MODEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rlsched" / "models"
+
+
 def download_model(uri: str, dst: Path | str | None = None) -> Path:
     """Download a registered version and return its local model folder (the ``policy`` artifact).
 
     Args:
         uri: ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``.
-        dst: directory to download into; default a fresh temporary directory
-            (``rlsched-NAME-vN-*``; versions are immutable, so a copy never goes stale).
+        dst: directory to download into. Default: the model cache
+            (:func:`model_cache_dir`) under ``<hash of the tracking URI>/NAME/vVERSION``;
+            a registered version's files never change (deleted version numbers are
+            not reused), so a cached copy is reused instead of downloaded again -
+            the alias is still resolved on the server every time.
 
     Raises:
         ModelError: malformed URI, unknown model/alias/version, a version that is not an
@@ -513,18 +523,39 @@ def download_model(uri: str, dst: Path | str | None = None) -> Path:
     """
     ref = ModelRef.parse(uri)
     mv = resolve_version(ref)
-    target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix=f"rlsched-{ref.name}-v{mv.version}-"))
+    what = f"{ref} (version {mv.version})"
+    if dst is not None:
+        return _download(mv, Path(dst), what)
+    key = hashlib.sha256(tracking_uri().encode()).hexdigest()[:12]
+    final = model_cache_dir() / key / ref.name / f"v{mv.version}"
+    if (final / "MLmodel").exists():
+        return _policy_folder(final, what)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{mv.version}-", dir=final.parent))
+    try:
+        _download(mv, tmp, what)
+        try:
+            tmp.rename(final)  # atomic: a concurrent loader sees all of it or nothing
+        except OSError:
+            if not (final / "MLmodel").exists():  # lost a race only if the winner finished
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _policy_folder(final, what)
+
+
+def _download(mv: Any, target: Path, what: str) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     import mlflow
 
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=str(mv.source), dst_path=str(target)))
     except _mlflow_exception() as exc:
-        raise ModelRegistryUnavailable(f"{ref}: downloading version {mv.version} failed: "
-                                       f"{str(exc).splitlines()[0]}") from None
+        raise ModelRegistryUnavailable(f"{what}: download failed: {str(exc).splitlines()[0]}") from None
     except OSError as exc:
-        raise ModelError(f"{ref}: downloading version {mv.version} failed: {exc}") from None
-    return _policy_folder(local, f"{ref} (version {mv.version})")
+        raise ModelError(f"{what}: download failed: {exc}") from None
+    return _policy_folder(local, what)
 
 
 def _policy_folder(root: Path, what: str) -> Path:

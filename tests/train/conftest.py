@@ -103,12 +103,13 @@ def quiet_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
 def registry(mlflow_server: str, quiet_mlflow: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """The session server as this test's tracking URI, run from a scratch directory.
 
-    The scratch directory keeps the default audit file and any temporary download
-    out of the checkout; any run a test leaves active is ended.
+    The scratch directory keeps the default audit file and the model cache out of
+    the checkout and the home directory; any run a test leaves active is ended.
     """
     import mlflow
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.setenv("RLSCHED_MODEL_CACHE", str(tmp_path / "model-cache"))
     monkeypatch.delenv("RLSCHED_AUDIT_FILE", raising=False)
     monkeypatch.chdir(tmp_path)
     yield mlflow_server

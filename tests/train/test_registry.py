@@ -133,6 +133,10 @@ def test_download_round_trip(registry: str, model_name: str, smoke_model: Callab
         assert a.signature == b.signature and a.card == b.card
         for (ka, va), (kb, vb) in zip(a.net.state_dict().items(), b.net.state_dict().items(), strict=True):
             assert ka == kb and torch.equal(va, vb)
+    # default destination: the model cache, reused while the version is unchanged
+    cached = download_model(f"models:/{model_name}@challenger")
+    assert cached.is_relative_to(tmp_path / "model-cache") and (cached / "policy.pt").exists()
+    assert download_model(f"models:/{model_name}/1") == cached
 
 
 def test_unknown_model_alias_and_version_are_model_errors(
