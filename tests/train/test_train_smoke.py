@@ -1,0 +1,89 @@
+"""``rlsched train experiments/smoke.yaml`` end to end through a real MLflow server.
+
+Trains (one minute), registers a version, loads it back by alias, runs it in
+``rlsched simulate``, resumes from a checkpoint, and refuses a bad experiment
+without leaving registry entries behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def rl(*args: str, env: dict[str, str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rlsched", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture
+def smoke_exp(tmp_path: Path, model_name: str) -> Path:
+    text = (ROOT / "experiments" / "smoke.yaml").read_text()
+    text = text.replace("output: ../runs/smoke/model", f"output: {tmp_path / 'model'}")
+    text += f"mlflow: {{experiment: smoke-tests, registered_model: {model_name}}}\n"
+    exp = tmp_path / "smoke.yaml"
+    exp.write_text(text)
+    return exp
+
+
+def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Path, model_name: str,
+                                                   tmp_path: Path) -> None:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=registry, RLSCHED_MODEL_CACHE=str(tmp_path / "cache"))
+    proc = rl("train", str(smoke_exp), "-q", "--run-dir", str(tmp_path / "run"), env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"registered {model_name} version 1 (alias challenger)" in proc.stdout
+    card = json.loads((tmp_path / "model" / "card.json").read_text())
+    assert card["mlflow"]["version"] == 1
+    assert set(card["metrics"]["eval"]) >= {"ppo", "weighted-priority", "fifo", "sjf", "tiresias", "best-fit",
+                                             "fgd", "fair-share", "spot-fallback"}
+    assert card["metrics"]["holdout"] is not None
+    assert (tmp_path / "model" / "MODEL_CARD.md").read_text().startswith("# Model card: smoke")
+
+    out = tmp_path / "sim.json"
+    sim = rl("simulate", "-q", "--max-jobs", "80", "-p", f"ppo:models:/{model_name}@challenger",
+             "-p", "weighted-priority", "--json", str(out), env=env, cwd=tmp_path)
+    assert sim.returncode == 0, sim.stderr
+    results = json.loads(out.read_text())["results"]
+    assert results[0]["policy"] == f"ppo:models:/{model_name}@challenger"
+    assert results[0]["refused_decisions"] == 0
+
+    # --resume continues from the last checkpoint rather than starting over
+    ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step-*.zip"))
+    assert ckpts, "training wrote no checkpoint"
+    again = rl("train", str(smoke_exp), "-q", "--resume", "--no-track", "--run-dir", str(tmp_path / "run"),
+               "--total-steps", "1536", env=env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "resumed from step-" in again.stdout
+
+
+def test_bad_experiment_is_one_line_and_registers_nothing(registry: str, tmp_path: Path, model_name: str) -> None:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=registry)
+    exp = tmp_path / "bad.yaml"
+    shutil.copy(ROOT / "experiments" / "smoke.yaml", exp)
+    exp.write_text(exp.read_text().replace("total_steps:", "totl_steps:") +
+                   f"mlflow: {{registered_model: {model_name}}}\n")
+    proc = rl("train", str(exp), "-q", env=env, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "did you mean 'total_steps'" in proc.stderr and "Traceback" not in proc.stderr
+    import mlflow
+
+    client = mlflow.MlflowClient(registry)
+    assert not client.search_registered_models(filter_string=f"name = '{model_name}'")
+
+
+def test_tracking_server_down_is_a_clear_error(tmp_path: Path) -> None:
+    env = dict(os.environ, MLFLOW_TRACKING_URI="http://127.0.0.1:9")
+    proc = rl("train", str(ROOT / "experiments" / "smoke.yaml"), "-q", "--run-dir", str(tmp_path / "run"),
+              env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "127.0.0.1:9" in proc.stderr
