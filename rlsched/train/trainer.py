@@ -72,20 +72,25 @@ def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
     return DummyVecEnv(fns)
 
 
-def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Callable[[str], None]) -> dict[str, float]:
-    """Warm start: imitate the weighted-priority teacher (DL2-style) before PPO.
+@dataclass
+class TeacherData:
+    """Transitions of the weighted-priority teacher (for cloning and for the reward scale)."""
 
-    Returns the teacher-agreement accuracy before and after cloning.
-    """
-    import torch
+    obs: dict[str, np.ndarray]
+    masks: np.ndarray
+    actions: np.ndarray
+    returns: np.ndarray  # discounted, unscaled
 
+
+def collect_teacher(exp: Experiment, worlds: list[World], steps: int) -> TeacherData:
+    """Roll the teacher through training worlds and compute its discounted returns."""
     from rlsched.train.teacher import teacher_action
 
     env = MultiWorldEnv(worlds, **_env_kwargs(exp))
     obs, _ = env.reset(seed=exp.seed + 10_000)
     observations: dict[str, list[np.ndarray]] = {k: [] for k in obs}
-    masks, actions = [], []
-    for _ in range(exp.bc.steps):
+    masks, actions, rewards, dones = [], [], [], []
+    for i in range(steps):
         inner = env.current
         mask = inner.action_masks()
         a = teacher_action(inner.codec, inner.engine.state, mask)
@@ -93,13 +98,47 @@ def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Calla
             observations[k].append(v)
         masks.append(mask.copy())
         actions.append(a)
-        obs, _, term, trunc, _ = env.step(a)
+        obs, r, term, trunc, _ = env.step(a)
+        rewards.append(r)
+        dones.append(term or trunc or i == steps - 1)
         if term or trunc:
             obs, _ = env.reset()
+    returns = np.zeros(len(rewards), dtype=np.float32)
+    acc = 0.0
+    for i in range(len(rewards) - 1, -1, -1):
+        acc = rewards[i] + (0.0 if dones[i] else exp.ppo.gamma * acc)
+        returns[i] = acc
+    return TeacherData({k: np.stack(v) for k, v in observations.items()}, np.stack(masks),
+                       np.array(actions), returns)
+
+
+def reward_scale_from(returns: np.ndarray) -> float:
+    """A fixed reward multiplier giving the teacher's returns unit spread.
+
+    Job-hour penalties span orders of magnitude between a quiet and a saturated
+    cluster; PPO's critic (and so its advantages) behave far better on unit-scale
+    returns. A fixed factor (saved with the checkpoints) keeps the objective the
+    same for the whole run, unlike running normalisation.
+    """
+    spread = float(np.std(returns)) if len(returns) > 1 else 0.0
+    return 1.0 / spread if spread > 1e-9 else 1.0
+
+
+def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float,
+                    log: Callable[[str], None]) -> dict[str, float]:
+    """Warm start: imitate the weighted-priority teacher (DL2-style) and fit the critic to its returns.
+
+    A cloned actor with an untrained critic gets garbage advantages, and PPO then
+    unlearns the clone in its first updates; fitting the value head to the teacher's
+    (scaled) returns avoids that. Returns teacher agreement before and after.
+    """
+    import torch
+
     policy = model.policy
-    obs_t = {k: torch.as_tensor(np.stack(v)) for k, v in observations.items()}
-    mask_np = np.stack(masks)
-    act_t = torch.as_tensor(np.array(actions))
+    obs_t = {k: torch.as_tensor(v) for k, v in data.obs.items()}
+    mask_np = data.masks
+    act_t = torch.as_tensor(data.actions)
+    ret_t = torch.as_tensor(data.returns * scale)
 
     def accuracy() -> float:
         with torch.no_grad():
@@ -109,7 +148,7 @@ def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Calla
 
     before = accuracy()
     opt = torch.optim.Adam(policy.parameters(), lr=exp.bc.learning_rate)
-    n = len(actions)
+    n = len(data.actions)
     batch = 256
     rng = np.random.default_rng(exp.seed)
     for epoch in range(exp.bc.epochs):
@@ -117,8 +156,10 @@ def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Calla
         total = 0.0
         for i in range(0, n, batch):
             idx = perm[i: i + batch]
-            dist = policy.get_distribution({k: v[idx] for k, v in obs_t.items()}, action_masks=mask_np[idx])
-            loss = -dist.log_prob(act_t[idx]).mean()
+            batch_obs = {k: v[idx] for k, v in obs_t.items()}
+            dist = policy.get_distribution(batch_obs, action_masks=mask_np[idx])
+            values = policy.predict_values(batch_obs).flatten()
+            loss = -dist.log_prob(act_t[idx]).mean() + 0.5 * torch.nn.functional.mse_loss(values, ret_t[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -126,6 +167,21 @@ def behaviour_clone(model: Any, exp: Experiment, worlds: list[World], log: Calla
         log(f"behaviour cloning epoch {epoch + 1}/{exp.bc.epochs}: loss {total / n:.4f}")
     after = accuracy()
     return {"bc/agreement_before": before, "bc/agreement_after": after, "bc/samples": float(n)}
+
+
+def scaled(venv: Any, scale: float) -> Any:
+    """``venv`` with every reward multiplied by ``scale``."""
+    from stable_baselines3.common.vec_env import VecEnvWrapper
+
+    class ScaleReward(VecEnvWrapper):
+        def reset(self) -> Any:
+            return self.venv.reset()
+
+        def step_wait(self) -> Any:
+            obs, rew, done, info = self.venv.step_wait()
+            return obs, rew * scale, done, info
+
+    return ScaleReward(venv)
 
 
 class _Progress:
@@ -226,7 +282,20 @@ def train(
     holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
     log(f"{len(worlds)} training worlds, {len(eval_worlds)} evaluation windows, {len(holdout_worlds)} holdout windows")
     ckpt_dir = run_dir / "checkpoints"
-    venv = make_vec_env(exp, worlds, exp.seed)
+    ckpt = latest_checkpoint(ckpt_dir) if resume else None
+    if resume and ckpt is None:
+        log(f"no checkpoint in {ckpt_dir}; starting from scratch")
+    scale_file = run_dir / "reward_scale.json"
+    data = None
+    if ckpt is not None and scale_file.exists():
+        scale = float(json.loads(scale_file.read_text())["reward_scale"])
+    else:
+        data = collect_teacher(exp, worlds, max(exp.bc.steps, 2000))
+        scale = reward_scale_from(data.returns)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        scale_file.write_text(json.dumps({"reward_scale": scale}))
+    log(f"reward scale {scale:.4g} (unit spread of the teacher's discounted returns)")
+    venv = scaled(make_vec_env(exp, worlds, exp.seed), scale)
     tracker = None
     if track and exp.mlflow.enabled:
         from rlsched.train.tracking import Tracker
@@ -234,9 +303,6 @@ def train(
         tracker = Tracker(exp.mlflow.experiment, run_name=exp.name, params=exp.flat_params(),
                           tags={"git_commit": _git_commit(), "experiment_file": exp.source})
     try:
-        ckpt = latest_checkpoint(ckpt_dir) if resume else None
-        if resume and ckpt is None:
-            log(f"no checkpoint in {ckpt_dir}; starting from scratch")
         bc_stats: dict[str, float] = {}
         if ckpt is not None:
             model = MaskablePPO.load(ckpt, env=venv, device="cpu")
@@ -250,8 +316,8 @@ def train(
                 policy_kwargs={"features_extractor_kwargs": {"n_layouts": 6, "hidden": exp.network.get("hidden", 64)}},
                 verbose=0,
             )
-            if exp.bc.steps > 0:
-                bc_stats = behaviour_clone(model, exp, worlds, log)
+            if exp.bc.steps > 0 and data is not None:
+                bc_stats = behaviour_clone(model, exp, data, scale, log)
                 log(f"behaviour cloning: teacher agreement {bc_stats['bc/agreement_before']:.1%} -> "
                     f"{bc_stats['bc/agreement_after']:.1%} on {int(bc_stats['bc/samples'])} samples")
         if tracker is not None:
