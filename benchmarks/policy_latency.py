@@ -1,0 +1,69 @@
+"""Per-decision latency of a trained policy (encode + forward + mask + decode), p50/p99.
+
+Measured inside ``rlsched simulate``'s loop on the bundled default scenario: each
+decision of :class:`~rlsched.policies.ppo.PpoScheduler` is timed, and the
+weighted-priority heuristic's decision passes are timed for reference.
+
+    python benchmarks/policy_latency.py models/default
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+
+class Timed:
+    """Wraps a scheduler and records how long each decision (each yielded item) takes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.samples: list[float] = []
+
+    def reset(self, state: Any) -> None:
+        reset = getattr(self.inner, "reset", None)
+        if callable(reset):
+            reset(state)
+
+    def decide(self, state: Any) -> Any:
+        it = iter(self.inner.decide(state))
+        while True:
+            t0 = time.perf_counter()
+            try:
+                d = next(it)
+            except StopIteration:
+                self.samples.append(time.perf_counter() - t0)
+                return
+            self.samples.append(time.perf_counter() - t0)
+            yield d
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--jobs", type=int, default=1500)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from rlsched.policies import make_policy
+    from rlsched.policies.ppo import PolicyModel, PpoScheduler
+    from rlsched.scenario import load_scenario
+    from rlsched.sim import Engine
+
+    sc = load_scenario()
+    print("| policy | decisions timed | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|")
+    for sched in (PpoScheduler(PolicyModel.load(args.model)), make_policy("weighted-priority")):
+        timed = Timed(sched)
+        Engine(sc.pools, sc.jobs[: args.jobs], sc.market, sc.sim).run(timed)
+        s = np.array(timed.samples) * 1e3
+        print(f"| {sched.name} | {len(s):,} | {np.percentile(s, 50):.3f} | {np.percentile(s, 99):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
