@@ -157,6 +157,8 @@ class Engine:
         self.refusals: dict[str, int] = {}
         self.events = 0
         self.capacity = 0
+        self._held_gpus: dict[str, int] = {}
+        self._held_base: dict[str, float] = {}
         self.cost_ondemand = 0.0
         self.cost_spot = 0.0
         self.cost_onprem = 0.0
@@ -174,6 +176,7 @@ class Engine:
         for spec in self.pool_specs:
             for _ in range(spec.start_nodes):
                 node = self.state.add_node(spec.name, self.now, self.now)
+                self._hold(node, +1)
                 self._on_node_ready(node)
             if spec.kind is PoolKind.SPOT:
                 self._schedule_availability(spec, self.now)
@@ -234,12 +237,29 @@ class Engine:
         for name, pool in self.state.pools.items():
             tl.nodes[name].append(len(pool.nodes))
 
+    def _cum_cost(self, spec: PoolSpec, t: float) -> float:
+        """USD for one GPU of ``spec`` from market time 0 to simulated time ``t``."""
+        return self.market.cost(spec, 0.0, self._mt(t))
+
+    def _hold(self, node: Node, sign: int) -> None:
+        """Track held GPUs per pool so the running cost is O(pools), not O(nodes).
+
+        Cost is additive in time, so the nodes still held cost
+        ``G x C(now) - sum(g x C(requested_at))`` with ``C`` the pool's cumulative price.
+        """
+        spec = self.state.pools[node.pool].spec
+        g = len(node.gpus)
+        self._held_gpus[spec.name] = self._held_gpus.get(spec.name, 0) + sign * g
+        self._held_base[spec.name] = self._held_base.get(spec.name, 0.0) + sign * g * self._cum_cost(
+            spec, node.requested_at)
+
     def cost_so_far(self) -> float:
         """USD spent until now, including nodes still held."""
         held = 0.0
         for pool in self.state.pools.values():
-            for node in pool.nodes.values():
-                held += len(node.gpus) * self.market.cost(pool.spec, self._mt(node.requested_at), self._mt(self.now))
+            g = self._held_gpus.get(pool.name, 0)
+            if g:
+                held += g * self._cum_cost(pool.spec, self.now) - self._held_base[pool.name]
         return self.cost_ondemand + self.cost_spot + self.cost_onprem + held
 
     def advance(self) -> bool:
@@ -513,6 +533,7 @@ class Engine:
             self.cost_onprem += usd
 
     def _remove_node(self, node: Node) -> None:
+        self._hold(node, -1)
         if node.ready:
             self.capacity -= len(node.gpus)
         self._charge(node)
@@ -630,6 +651,7 @@ class Engine:
                 return f"pool {pool_name} cannot grow (max {spec.max_nodes}, held {held})"
             for _ in range(n):
                 node = st.add_node(pool_name, self.now, self.now + spec.provision_delay_s)
+                self._hold(node, +1)
                 if spec.provision_delay_s <= 0:
                     self._on_node_ready(node)
                     self._push(self.now, _WAKE, None)  # new capacity now: a decision point
@@ -693,7 +715,9 @@ class Engine:
                 else:
                     self.cost_onprem += usd
                 held += usd
+                self._hold(node, -1)
                 node.requested_at = end  # charged up to here; a later report does not double count
+                self._hold(node, +1)
         batch = [r for r in self.finished if r.job.kind is JobKind.BATCH]
         jct = [r.finish_time - r.job.submit_time for r in batch if r.finish_time is not None]
         waits = [r.queued_s for r in batch]
