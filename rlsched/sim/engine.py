@@ -50,6 +50,7 @@ from rlsched.market.base import Market
 
 if TYPE_CHECKING:
     from rlsched.policies.base import Scheduler
+    from rlsched.workload.forecast import DemandForecaster
 from rlsched.sim.metrics import Report, Timeline, mean_p95
 
 # Event kinds (small ints keep heap tuples cheap).
@@ -127,6 +128,8 @@ class Engine:
         jobs: Sequence[Job],
         market: Market | None = None,
         config: SimConfig | None = None,
+        forecaster: DemandForecaster | None = None,
+        forecast_horizon_s: float = 3600.0,
     ) -> None:
         if not pools:
             raise ValueError("a simulation needs at least one pool")
@@ -134,6 +137,11 @@ class Engine:
         self.jobs = sorted(jobs, key=lambda j: j.submit_time)
         self.market: Market = market if market is not None else _FixedPriceMarket()
         self.config = config or SimConfig()
+        #: optional demand forecaster (fitted beforehand on OTHER data): it observes each
+        #: arrival and its prediction is published in ``state.demand_forecast`` at every
+        #: decision point, where policies and the observation codec read it.
+        self.forecaster = forecaster
+        self.forecast_horizon_s = forecast_horizon_s
         self.reset()
 
     # ------------------------------------------------------------------ set-up
@@ -299,6 +307,8 @@ class Engine:
                 dirty |= self._handle(kind, obj, version)
             if dirty:
                 self._refresh_quotes()
+                if self.forecaster is not None:
+                    self.state.demand_forecast = self.forecaster.predict(self.now, self.forecast_horizon_s)
                 return True
 
     def _handle(self, kind: int, obj: object, version: int) -> bool:
@@ -348,6 +358,8 @@ class Engine:
             self.skipped[run.reason] = self.skipped.get(run.reason, 0) + 1
             return
         self.state.note_arrival(job, self.now)
+        if self.forecaster is not None:
+            self.forecaster.observe(job)
         if not any(fits_pool_spec(job, p) for p in self.pool_specs):
             run.state = RunState.UNSCHEDULABLE
             run.reason = unschedulable_reason(job, self.pool_specs)

@@ -516,3 +516,37 @@ def test_deadline_misses() -> None:
     e = Engine([pool("p")], [job("a", 0, 100, deadline=150.0), job("b", 0, 100, deadline=150.0)])
     r = e.run(Greedy())
     assert r.deadline_misses == 1
+
+
+def test_forecaster_hook_observes_arrivals_and_publishes_forecasts() -> None:
+    """A fitted forecaster sees each arrival and its prediction reaches the state at decision points."""
+    from rlsched.cluster import Job, parse_cluster
+    from rlsched.policies import make_policy
+    from rlsched.sim import Engine
+    from rlsched.workload.forecast import SmoothedSeasonal
+
+    history = [Job(f"h{i}", i * 600.0, 1800.0, 1) for i in range(24 * 6 * 3)]  # three days, one job per 10 min
+    fc = SmoothedSeasonal()
+    fc.fit(history)
+    seen: list[float] = []
+
+    class Spy:
+        name = "spy"
+
+        def __init__(self) -> None:
+            self.inner = make_policy("fifo")
+
+        def reset(self, state: object) -> None:
+            self.inner.reset(state)  # type: ignore[arg-type]
+
+        def decide(self, state: object):  # type: ignore[no-untyped-def]
+            seen.append(state.demand_forecast.get("*", -1.0))  # type: ignore[attr-defined]
+            yield from self.inner.decide(state)  # type: ignore[arg-type]
+
+    jobs = [Job(f"j{i}", 3 * 86400.0 + i * 600.0, 1800.0, 1) for i in range(30)]
+    eng = Engine(parse_cluster("1x8xA100-80GB"), jobs, forecaster=fc, forecast_horizon_s=3600.0)
+    rep = eng.run(Spy())
+    assert rep.jobs_completed == 30
+    assert seen and all(v >= 0 for v in seen)
+    # one 1-GPU job of 30 min every 10 min keeps ~3 GPUs busy: the forecast says so
+    assert 1.5 < seen[-1] < 4.5
