@@ -86,6 +86,9 @@ def simulate(
         "repeat to compare. Default: every heuristic.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of utilisation, queue, cost, nodes.")] = None,
+    jobs_csv: Annotated[Path | None, typer.Option(
+        "--jobs-csv", help="Per-job report (restarts, lost GPU-hours, deadline met); one file per policy "
+        "(OUT-<policy>.csv) when several run.")] = None,
     load_factor: Annotated[float | None, typer.Option(
         "--load-factor", help="Rescale arrivals to this offered load on the base capacity.")] = None,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs", help="Replay only the first N jobs.")] = None,
@@ -182,6 +185,13 @@ def simulate(
 
             report = engine.run(sched, progress=tick)
             reports.append(report)
+            if jobs_csv is not None:
+                from rlsched.policies.spot import write_job_report
+
+                out = jobs_csv if len(schedulers) == 1 else jobs_csv.with_name(
+                    f"{jobs_csv.stem}-{sched.name.replace(':', '_').replace('/', '_')}{jobs_csv.suffix or '.csv'}")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                write_job_report(engine, out)
     from rlsched.cluster.spec import format_cluster
 
     title = f"{sc.name}: {len(jobs):,} jobs on {format_cluster(sc.pools)}"

@@ -80,7 +80,7 @@ def make_policy(name: str, **params: Any) -> Scheduler:
 
 
 def _load_builtin() -> None:
-    from rlsched.policies import heuristics  # noqa: F401  (registers the heuristics)
+    from rlsched.policies import heuristics, spot, uniform_progress  # noqa: F401  (registers them)
 
 
 class QueueHeuristic:

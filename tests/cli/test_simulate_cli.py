@@ -152,3 +152,14 @@ def test_every_shipped_config_simulates(tmp_path: Path, config: str) -> None:
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())["results"][0]
     assert r["jobs_completed"] > 0 and r["refused_decisions"] == 0
+
+
+def test_jobs_csv_per_policy(tmp_path: Path) -> None:
+    out = tmp_path / "jobs.csv"
+    proc = run("simulate", "-q", "--max-jobs", "60", "-p", "uniform-progress", "-p", "spot-greedy",
+               "--deadline-factor", "3", "--preemptible", "all", "--jobs-csv", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("uniform-progress", "spot-greedy"):
+        rows = (tmp_path / f"jobs-{name}.csv").read_text().splitlines()
+        assert rows[0].startswith("job_id,submit,start,finish,jct,wait,restarts,preemptions,lost_gpu_hours")
+        assert len(rows) == 61

@@ -22,6 +22,8 @@ from rlsched.workload import load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NAMES = ("weighted-priority", "fifo", "sjf", "tiresias", "best-fit", "fgd", "fair-share", "spot-fallback")
+#: the spot-economics baselines (issue 6), registered alongside the queue heuristics
+COST_BASELINES = ("ondemand-static", "ondemand-autoscale", "spot-greedy", "uniform-progress")
 
 
 class Recorder:
@@ -73,7 +75,7 @@ def _start_order(e: Engine) -> list[str]:
 
 def test_available_lists_exactly_the_heuristics() -> None:
     names = available()
-    assert set(names) == set(NAMES)
+    assert set(names) == set(NAMES) | set(COST_BASELINES)
     assert all(isinstance(v, str) and v for v in names.values())
 
 
@@ -329,7 +331,7 @@ def _trace(name: str, strip_models: bool) -> list:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize(("trace", "strip"), [("philly_slice.csv", False), ("openb_pods_slice.csv", False),
                                               ("openb_pods_slice.csv", True)])
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + COST_BASELINES)
 def test_replay_real_trace(name: str, trace: str, strip: bool) -> None:
     pools = parse_cluster(HYBRID)
     market = default_market()

@@ -1,0 +1,310 @@
+"""Launch, watch, stop and re-adopt job processes on the local node.
+
+Why it looks like this:
+
+* **No shell, ever.** A job is an argv list given to :class:`subprocess.Popen`;
+  spaces, quotes and ``;`` in arguments reach the program verbatim.
+* **GPU isolation by UUID.** ``CUDA_VISIBLE_DEVICES`` and
+  ``NVIDIA_VISIBLE_DEVICES`` are set to exactly the allocated GPU or MIG UUIDs;
+  UUIDs (not indices) stay correct when other processes enumerate devices
+  differently, and they are the only way to address a MIG instance.
+* **One process group per job** (``start_new_session=True``): stopping a job
+  signals everything it spawned (data loaders, ``torchrun`` workers), and the
+  job does not die with the scheduler service (no SIGHUP from its terminal).
+* **Surviving a service restart.** The service stores each job's pid *and* its
+  kernel start time (``/proc/<pid>/stat`` field 22). After a restart,
+  :meth:`LocalExecutor.adopt` re-attaches only if both match, so a recycled pid
+  belonging to an unrelated process is never signalled or mistaken for the job.
+  A restarted service is not the job's parent and cannot ``wait()`` for it, so
+  every job runs under a tiny wrapper (``python -m rlsched.runtime.executor
+  --wrap EXIT_FILE -- argv...``) that waits for the job and writes its exit
+  status to ``EXIT_FILE`` atomically (temp file, fsync, rename).
+
+Exit codes follow :class:`subprocess.Popen`: ``>= 0`` is the job's exit status,
+``-N`` means it was killed by signal ``N``. :data:`EXIT_LOST` means the process
+is gone and no status was recorded (the wrapper itself was SIGKILLed, e.g. by
+:meth:`LocalExecutor.stop` after the grace period or by the OOM killer).
+
+This module imports only the standard library: the wrapper starts with every job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Exit code reported when a process vanished without an exit status.
+EXIT_LOST = -256
+#: Exit statuses the wrapper reports when the job cannot be started (shell conventions).
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+_DEVICE_RE = re.compile(r"^(GPU|MIG)-[A-Za-z0-9/_.\-]+$")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+class ExecutorError(Exception):
+    """A job could not be launched (bad argv, device list or job id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A job's process as the service stores it (and the handle for poll/stop).
+
+    Attributes:
+        job_id: the job.
+        pid: pid of the wrapper, which leads the job's process group.
+        start_time: the wrapper's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22).
+        log_path: file receiving the job's stdout and stderr.
+        exit_file: where the wrapper writes the job's exit status.
+    """
+
+    job_id: str
+    pid: int
+    start_time: int
+    log_path: Path
+    exit_file: Path
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process.
+
+    The command name (field 2) may contain spaces and parentheses, so fields are
+    counted from the LAST ``)``.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rest = raw[raw.rfind(b")") + 2:].split()
+    # rest[0] is field 3 (state); field 22 is rest[19]
+    return int(rest[19])
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return raw[raw.rfind(b")") + 2:].split()[0].decode()
+
+
+def _alive(pid: int, start_time: int) -> bool:
+    """The very process (pid AND start time) still exists and is not a zombie."""
+    return proc_start_time(pid) == start_time and _proc_state(pid) not in (None, "Z", "X")
+
+
+def read_exit_file(path: Path) -> int | None:
+    """The exit status the wrapper recorded, or None if there is none (yet)."""
+    try:
+        return int(json.loads(path.read_text())["exit_code"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+class LocalExecutor:
+    """Runs jobs as local processes, each under the exit-recording wrapper.
+
+    Args:
+        log_dir: where per-job logs and exit files go (created if needed).
+        python: interpreter that runs the wrapper (default: this one).
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str], python: str = sys.executable) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        #: our own children, so we can reap them (non-children are polled through /proc).
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, job_id: str, argv: Sequence[str], visible_devices: Sequence[str],
+               env_extra: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None) -> Launched:
+        """Start ``argv`` (a list, never a shell string) with exactly ``visible_devices`` visible.
+
+        Raises:
+            ExecutorError: bad job id, argv, device UUID, or an env override of the GPU variables.
+        """
+        if not _JOB_ID_RE.match(job_id):
+            raise ExecutorError(f"job id {job_id!r} is not a safe file name")
+        if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ExecutorError("argv must be a non-empty list of strings (no shell command line)")
+        for dev in visible_devices:
+            if not _DEVICE_RE.match(dev):
+                raise ExecutorError(f"{dev!r} is not a GPU-/MIG- UUID")
+        extra = dict(env_extra or {})
+        clash = sorted(set(extra) & set(_GPU_ENV))
+        if clash:
+            raise ExecutorError(f"env_extra may not set {', '.join(clash)}: the allocation decides them")
+        env = dict(os.environ)
+        env.update(extra)
+        devices = ",".join(visible_devices)
+        for k in _GPU_ENV:
+            env[k] = devices
+        nonce = time.time_ns()
+        log_path = self.log_dir / f"{job_id}.log"
+        exit_file = self.log_dir / f"{job_id}.{nonce}.exit.json"
+        cmd = [self.python, "-m", "rlsched.runtime.executor", "--wrap", str(exit_file), "--", *argv]
+        with open(log_path, "ab") as log:
+            # Each attempt appends, after a header line, so retries keep earlier output.
+            log.write(f"=== rlsched: launch {job_id} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} "
+                      f"devices={devices or '-'} ===\n".encode())
+            log.flush()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=cwd, start_new_session=True, close_fds=True)
+        start = proc_start_time(proc.pid)
+        if start is None:  # pragma: no cover - only if the process was reaped already, impossible before wait()
+            start = -1
+        self._children[proc.pid] = proc
+        return Launched(job_id, proc.pid, start, log_path, exit_file)
+
+    # ------------------------------------------------------------------ watch
+    def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
+              job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
+        """Re-attach to a job process after a restart; None if it is not the same process.
+
+        The pid must exist AND have the recorded start time (pid-reuse guard). The
+        exit file is taken from the wrapper's command line when not given, which
+        also confirms the process is one of our wrappers.
+        """
+        if proc_start_time(pid) != start_time:
+            return None
+        if exit_file is None:
+            exit_file = _exit_file_from_cmdline(pid)
+            if exit_file is None:
+                return None  # same pid and start time but not our wrapper: never touch it
+        return Launched(job_id, pid, start_time, Path(log_path) if log_path else Path(), Path(exit_file))
+
+    def poll(self, job: Launched) -> int | None:
+        """The job's exit code, or None while it runs (see the module doc for the codes)."""
+        child = self._children.get(job.pid)
+        if child is not None and proc_start_time(job.pid) in (job.start_time, None):
+            rc = child.poll()
+            if rc is None:
+                return None
+            del self._children[job.pid]
+            recorded = read_exit_file(job.exit_file)
+            return recorded if recorded is not None else rc
+        if _alive(job.pid, job.start_time):
+            return None
+        recorded = read_exit_file(job.exit_file)
+        return recorded if recorded is not None else EXIT_LOST
+
+    def wait(self, job: Launched, timeout_s: float | None = None, interval_s: float = 0.02) -> int | None:
+        """Poll until the job ends or ``timeout_s`` passes; its exit code or None."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            rc = self.poll(job)
+            if rc is not None:
+                return rc
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(interval_s)
+
+    def stop(self, job: Launched, grace_s: float = 30.0) -> int:
+        """SIGTERM the job's process group, wait ``grace_s``, then SIGKILL it; returns the exit code.
+
+        The group is signalled only while the leader is the very process we launched
+        (pid and start time match), so a recycled pid is never hit.
+        """
+        rc = self.poll(job)
+        if rc is not None:
+            return rc
+        self._signal_group(job, signal.SIGTERM)
+        rc = self.wait(job, grace_s)
+        if rc is not None:
+            return rc
+        self._signal_group(job, signal.SIGKILL)
+        rc = self.wait(job, 10.0)
+        return rc if rc is not None else EXIT_LOST
+
+    def _signal_group(self, job: Launched, sig: signal.Signals) -> None:
+        if proc_start_time(job.pid) != job.start_time:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(job.pid, sig)
+
+
+def _exit_file_from_cmdline(pid: int) -> str | None:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    try:
+        i = args.index(b"--wrap")
+        if b"rlsched.runtime.executor" not in args[:i]:
+            return None
+        return args[i + 1].decode()
+    except (ValueError, IndexError):
+        return None
+
+
+# ---------------------------------------------------------------------- the wrapper
+def _write_exit_file(path: Path, code: int) -> None:
+    """Write ``{"exit_code": code}`` atomically and durably: a reader sees all of it or nothing."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump({"exit_code": code, "time": time.time()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def wrap(exit_file: Path, argv: list[str]) -> int:
+    """Run ``argv``, record its exit status in ``exit_file``, and end the same way it did.
+
+    SIGTERM/SIGINT are ignored by the wrapper itself (with a Python handler, which
+    ``exec`` resets, so the job still receives them): the executor signals the whole
+    group, and the wrapper must outlive the job to record how it ended.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
+    try:
+        child = subprocess.Popen(argv)
+    except FileNotFoundError as exc:
+        print(f"rlsched: cannot start {argv[0]!r}: {exc}", file=sys.stderr, flush=True)
+        _write_exit_file(exit_file, EXIT_NOT_FOUND)
+        return EXIT_NOT_FOUND
+    except (PermissionError, OSError) as exc:
+        print(f"rlsched: cannot start {argv[0]!r}: {exc}", file=sys.stderr, flush=True)
+        _write_exit_file(exit_file, EXIT_NOT_EXECUTABLE)
+        return EXIT_NOT_EXECUTABLE
+    rc = child.wait()
+    _write_exit_file(exit_file, rc)
+    return rc
+
+
+def main(args: list[str] | None = None) -> None:
+    """``python -m rlsched.runtime.executor --wrap EXIT_FILE -- argv...``."""
+    a = list(sys.argv[1:] if args is None else args)
+    if len(a) < 4 or a[0] != "--wrap" or a[2] != "--":
+        print("usage: python -m rlsched.runtime.executor --wrap EXIT_FILE -- PROGRAM [ARGS...]", file=sys.stderr)
+        raise SystemExit(2)
+    rc = wrap(Path(a[1]), a[3:])
+    sys.stdout.flush()
+    if rc < 0:
+        # End the way the job ended, so a parent that waits sees the same status.
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL/SIGSTOP have no handler to reset
+            signal.signal(-rc, signal.SIG_DFL)
+        os.kill(os.getpid(), -rc)
+    raise SystemExit(rc)
+
+
+if __name__ == "__main__":
+    main()
