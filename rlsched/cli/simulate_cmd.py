@@ -111,6 +111,9 @@ def simulate(
         "--checkpoint-interval", help="Seconds of work between checkpoints (default 1800).")] = None,
     oracle: Annotated[bool, typer.Option(
         "--oracle-durations", help="Let schedulers see true durations (upper-bound reference only).")] = False,
+    horizon: Annotated[float | None, typer.Option(
+        "--horizon", help="Stop this many seconds after the first arrival; what is left is reported unfinished "
+        "(default: 10 x the arrival span, at least span + 30 days).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
     """Replay a trace on a cluster under one or more policies and compare them."""
@@ -166,6 +169,15 @@ def simulate(
         sim = replace(sim, checkpoint_interval_s=checkpoint_interval)
     if oracle:
         sim = replace(sim, oracle_durations=True)
+    if horizon is not None:
+        if horizon <= 0:
+            raise ScenarioError("--horizon must be > 0 seconds")
+        sim = replace(sim, horizon_s=horizon)
+    elif sim.horizon_s is None and jobs:
+        # A guard for policies that never drain the queue (an untrained network): the
+        # heuristics finish long before it.
+        span = jobs[-1].submit_time - jobs[0].submit_time
+        sim = replace(sim, horizon_s=max(10.0 * span, span + 30 * 86400.0))
     if not jobs:
         raise ScenarioError(f"{sc.source or sc.name}: the workload has no jobs")
     names = policy or list(available())

@@ -45,7 +45,7 @@ from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
-CODEC_VERSION = 2
+CODEC_VERSION = 3
 #: Queued jobs beyond the head that are searched for the shortest-estimated half of the window.
 TAIL_SCAN = 64
 
@@ -224,6 +224,7 @@ class ObservationCodec:
             "layouts=" + ",".join(LAYOUT_ORDER[: self.layouts]),
             "actions=place(k*P+p),reconfigure(KP+p*L+l),scale(KP+PL+2p+{up,down}),wait",
             f"window=head{self.window // 2}+shortest{self.window - self.window // 2}of{TAIL_SCAN}",
+            "wait=only-when-nothing-fits",
         ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"gpupool-codec-v{CODEC_VERSION}-{digest}"
@@ -594,10 +595,21 @@ class ObservationCodec:
         return extra
 
     def mask(self, state: ClusterState) -> np.ndarray:
-        """Legal actions of ``state`` (bool array; wait is always legal)."""
+        """Legal actions of ``state`` (bool array).
+
+        Work-conserving: waiting is legal only when no window job can be placed. The
+        policy decides *which* job goes *where* (and when to buy, release or re-split
+        capacity), never whether to leave a GPU idle in front of a job that fits it.
+        Letting it wait there made learning fragile: a job's start delay barely moves
+        the episode's reward at the next step, and policies trained on small fleets
+        learned to idle large ones.
+        """
         self._sync(state)
         place = self._feas.take(self._shape_idx, axis=0).ravel() > 0.0
-        return np.concatenate((place, self._tail))
+        mask = np.concatenate((place, self._tail))
+        if place.any():
+            mask[self.wait_action] = False
+        return mask
 
     def only_wait(self, state: ClusterState) -> bool:
         """True if waiting is the only legal action (cheaper than :meth:`mask`)."""

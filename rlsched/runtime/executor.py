@@ -50,6 +50,7 @@ EXIT_NOT_EXECUTABLE = 126
 
 _DEVICE_RE = re.compile(r"^(GPU|MIG)-[A-Za-z0-9/_.\-]+$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
+_EXIT_NAME_RE = re.compile(r"^(.+)\.\d+\.exit\.json$")
 _GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 
@@ -175,7 +176,8 @@ class LocalExecutor:
 
         The pid must exist AND have the recorded start time (pid-reuse guard). The
         exit file is taken from the wrapper's command line when not given, which
-        also confirms the process is one of our wrappers.
+        also confirms the process is one of our wrappers; the job id and log path
+        follow from the exit file's name when not given.
         """
         if proc_start_time(pid) != start_time:
             return None
@@ -183,7 +185,13 @@ class LocalExecutor:
             exit_file = _exit_file_from_cmdline(pid)
             if exit_file is None:
                 return None  # same pid and start time but not our wrapper: never touch it
-        return Launched(job_id, pid, start_time, Path(log_path) if log_path else Path(), Path(exit_file))
+        exit_path = Path(exit_file)
+        if not job_id:
+            m = _EXIT_NAME_RE.match(exit_path.name)
+            job_id = m.group(1) if m else ""
+        if log_path is None:
+            log_path = exit_path.with_name(f"{job_id}.log")
+        return Launched(job_id, pid, start_time, Path(log_path), exit_path)
 
     def poll(self, job: Launched) -> int | None:
         """The job's exit code, or None while it runs (see the module doc for the codes)."""

@@ -31,6 +31,7 @@ forever inside one call; bounding that needs the primary in a worker process
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -45,6 +46,8 @@ from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.policies.autoscale import headroom
 from rlsched.policies.base import Scheduler
 from rlsched.runtime.audit import AuditEvent, AuditRecord, AuditSink, FallbackReason, decision_record, decision_summary
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +196,8 @@ class FallbackScheduler:
         self.shadow_decisions = 0
         #: shadow-mode primary problems per reason (they never cause a fallback: the heuristic acts anyway).
         self.shadow_failures_by_reason: dict[str, int] = {}
+        #: audit records the sink failed to take.
+        self.audit_errors = 0
         self._failures: deque[float] = deque()
         self._breaker = BreakerState.CLOSED
         self._open_until = 0.0
@@ -219,8 +224,18 @@ class FallbackScheduler:
 
     # ------------------------------------------------------------------ audit
     def _emit(self, record: AuditRecord) -> None:
-        if self._sink is not None:
+        """Send a record to the sink; a failing sink is logged and counted, never fatal.
+
+        Scheduling must go on when the audit database is briefly unavailable; the
+        ``audit_errors`` counter (exported by the service) makes the gap visible.
+        """
+        if self._sink is None:
+            return
+        try:
             self._sink(record)
+        except Exception:
+            self.audit_errors += 1
+            _log.exception("audit sink failed for %s/%s", record.event.value, record.reason)
 
     def _policy_label(self) -> str:
         return str(getattr(self.primary, "name", "") or "primary")
@@ -263,17 +278,14 @@ class FallbackScheduler:
         self._failures.clear()
         self._breaker = BreakerState.CLOSED
         self._needs_reset = True
-        if self.primary is None and self._loader is not None:
-            self._load(state)
-        elif self.primary is not None:
+        if self._unavailable is None or self.clock() >= self._retry_at:
             self._load(state)
 
     # ------------------------------------------------------------------ deciding
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         now = self.clock()
-        if self._unavailable is not None and now >= self._retry_at:
-            self._load(state)
-        elif self._needs_reset and self.primary is not None and self._unavailable is None:
+        retry_due = self._unavailable is not None and now >= self._retry_at
+        if retry_due or (self._needs_reset and self.primary is not None and self._unavailable is None):
             self._load(state)
         if self.config.shadow:
             yield from self._shadow(state)
@@ -321,8 +333,6 @@ class FallbackScheduler:
                     d = next(gen)
                 except StopIteration:
                     return
-                except _Failure:
-                    raise
                 except Exception as exc:
                     raise self._inference_failure(exc, self.clock() - t0) from None
                 dt = self.clock() - t0

@@ -37,6 +37,7 @@ Job life::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -286,10 +287,8 @@ class Store:
         with self._lock:
             conns, self._conns = self._conns, []
         for c in conns:
-            try:
+            with contextlib.suppress(sqlite3.ProgrammingError):  # closed from another thread already
                 c.close()
-            except sqlite3.ProgrammingError:  # closed from another thread already
-                pass
         self._local = threading.local()
 
     def __enter__(self) -> Store:

@@ -164,6 +164,7 @@ def test_adopt_after_restart_and_recover_exit_code(tmp_path: Path) -> None:
     h = ex.adopt(pid, start)
     assert h is not None
     assert str(h.exit_file) == info["exit_file"]  # recovered from the wrapper's command line
+    assert h.job_id == "adopt-me" and str(h.log_path) == info["log"]
     assert ex.poll(h) is None
     go.touch()
     assert ex.wait(h, 30) == 42

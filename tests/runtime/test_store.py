@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ ALLOC = Allocation("node-1", ("GPU-aaaa", "GPU-bbbb"), pool="onprem", gpu_indice
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with Store(tmp_path / "rlsched.db") as s:
-        yield s  # type: ignore[misc]
+        yield s
 
 
 def test_wal_mode_schema_version_and_pragmas(store: Store) -> None:
@@ -115,7 +116,7 @@ def test_invalid_transitions_are_refused(store: Store) -> None:
     with pytest.raises(UnknownJobError):
         store.mark_running("j-nope", ALLOC, 1, 2)
     with pytest.raises(StoreError):
-        store.submit("echo hi")  # type: ignore[arg-type]  # a shell string is not an argv
+        store.submit("echo hi")  # a shell string is not an argv
     with pytest.raises(StoreError):
         store.submit(["x"], gpus=2, gpu_milli=500)
     assert store.get("j-nope") is None
@@ -224,7 +225,7 @@ def test_eight_processes_by_500_submissions(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), f"p{k}", "500"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for k in range(8)]
     for p in procs:
-        out, err = p.communicate(timeout=600)
+        _out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     with Store(db) as s:
         jobs = s.jobs()

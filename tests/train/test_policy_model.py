@@ -67,7 +67,8 @@ def test_ppo_policy_runs_like_a_heuristic(folder: Path) -> None:
 
 def test_simulate_cli_accepts_ppo_folder(folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "-q", "--max-jobs", "60", "-p",
+    proc = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "-q", "--max-jobs", "60", "--horizon", "43200",
+                           "-p",
                            f"ppo:{folder}", "-p", "weighted-priority", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
