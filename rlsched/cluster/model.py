@@ -347,6 +347,8 @@ class ClusterState:
         self.queue: dict[str, JobRun] = {}
         #: the same jobs per priority level, each in submission order.
         self.queue_by_priority: dict[int, dict[str, JobRun]] = {}
+        #: bumped by every enqueue/dequeue, so readers may cache views of the queue.
+        self.queue_version = 0
         #: how many queued jobs have each request shape (see ``Job.shape``).
         self.queue_shapes: dict[tuple[object, ...], int] = {}
         self.running: dict[str, JobRun] = {}
@@ -389,6 +391,7 @@ class ClusterState:
         re-entering with an earlier submission time triggers a re-sort (rare), so
         policies can always read ``queue`` as a FIFO without sorting it.
         """
+        self.queue_version += 1
         jid = run.job.job_id
         st = run.job.submit_time
         level = self.queue_by_priority.setdefault(run.job.priority, {})
@@ -404,6 +407,7 @@ class ClusterState:
 
     def dequeue(self, job_id: str) -> JobRun:
         """Remove a job from the queue (it starts, or it can never run)."""
+        self.queue_version += 1
         run = self.queue.pop(job_id)
         level = self.queue_by_priority[run.job.priority]
         del level[job_id]

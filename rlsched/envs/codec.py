@@ -199,6 +199,8 @@ class ObservationCodec:
         self._window_dirty = True
         self._window_runs: list[JobRun] = []
         self._est_version: tuple[int, int] = (0, -1)
+        self._sel_key: tuple[int, int, int, int] | None = None
+        self._sel_runs: list[JobRun] = []
         self._est_memo: dict[tuple[str, int, int], float] = {}
         self._row_idx = np.zeros(window, dtype=np.intp)
         self._shape_idx = np.zeros(window, dtype=np.intp)
@@ -476,11 +478,14 @@ class ObservationCodec:
         queue = state.queue
         if len(queue) <= k:
             return list(queue.values())
+        estimator = state.estimator
+        key = (id(state), state.queue_version, id(estimator), estimator.version)
+        if key == self._sel_key:
+            return list(self._sel_runs)  # queue and estimates unchanged (scale/reconfigure steps)
         head_n = k // 2
         it = iter(queue.values())
         head = list(islice(it, head_n))
         rest = list(islice(it, TAIL_SCAN))
-        estimator = state.estimator
         est = estimator.estimate
         if self._est_version != (id(estimator), estimator.version):
             self._est_version = (id(estimator), estimator.version)
@@ -496,7 +501,9 @@ class ObservationCodec:
             scored.append((e, i))
         # rest is in submission order, so sorting the picked indices restores it
         picked = sorted(i for _, i in heapq.nsmallest(k - head_n, scored))
-        return head + [rest[i] for i in picked]
+        runs = head + [rest[i] for i in picked]
+        self._sel_key, self._sel_runs = key, runs
+        return list(runs)
 
     def _refresh_window(self, state: ClusterState, now: float) -> None:
         runs = self._select_window(state)
