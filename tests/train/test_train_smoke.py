@@ -49,7 +49,7 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert (tmp_path / "model" / "MODEL_CARD.md").read_text().startswith("# Model card: smoke")
 
     out = tmp_path / "sim.json"
-    sim = rl("simulate", "-q", "--max-jobs", "80", "-p", f"ppo:models:/{model_name}@challenger",
+    sim = rl("simulate", "-q", "--max-jobs", "80", "--horizon", "43200", "-p", f"ppo:models:/{model_name}@challenger",
              "-p", "weighted-priority", "--json", str(out), env=env, cwd=tmp_path)
     assert sim.returncode == 0, sim.stderr
     results = json.loads(out.read_text())["results"]
