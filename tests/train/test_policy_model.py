@@ -67,13 +67,14 @@ def test_ppo_policy_runs_like_a_heuristic(folder: Path) -> None:
 
 def test_simulate_cli_accepts_ppo_folder(folder: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "-q", "--max-jobs", "60", "--horizon", "43200",
+    proc = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "-q", "--max-jobs", "20", "--horizon", "7200",
                            "-p",
                            f"ppo:{folder}", "-p", "weighted-priority", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     names = [r["policy"] for r in json.loads(out.read_text())["results"]]
     assert names == [f"ppo:{folder.name}", "weighted-priority"]
+    assert json.loads(out.read_text())["jobs"] == 20
     bad = subprocess.run([sys.executable, "-m", "rlsched", "simulate", "-q", "-p", f"ppo:{tmp_path / 'none'}"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "model folder not found" in bad.stderr and "Traceback" not in bad.stderr

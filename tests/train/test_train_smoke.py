@@ -65,7 +65,9 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert "resumed from step-" in again.stdout
 
 
-def test_bad_experiment_is_one_line_and_registers_nothing(registry: str, tmp_path: Path, model_name: str) -> None:
+def test_bad_experiment_is_one_line_and_registers_nothing(tmp_path: Path, model_name: str) -> None:
+    # A real SQLite registry of its own (the shared server fixture is not needed to see "nothing registered").
+    registry = f"sqlite:///{tmp_path / 'reg.db'}"
     env = dict(os.environ, MLFLOW_TRACKING_URI=registry)
     exp = tmp_path / "bad.yaml"
     shutil.copy(ROOT / "experiments" / "smoke.yaml", exp)
