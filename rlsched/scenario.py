@@ -26,13 +26,10 @@ or, for an all-elastic cluster, its maximum elastic GPUs.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolKind, PoolSpec
@@ -40,6 +37,7 @@ from rlsched.cluster.spec import parse_cluster
 from rlsched.errors import ScenarioError
 from rlsched.market.base import Market
 from rlsched.sim.engine import SimConfig
+from rlsched.yamlfile import check_keys, load_mapping
 
 _KEYS = {"name", "cluster", "workload", "load_factor", "preemptible", "deadline_factor", "market", "sim",
          "max_jobs", "description"}
@@ -98,11 +96,7 @@ def _resolve(path: str, base: Path | None) -> Path:
 
 
 def _check_keys(where: str, got: dict[str, Any], known: set[str]) -> None:
-    for k in got:
-        if k not in known:
-            close = difflib.get_close_matches(k, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
-            raise ScenarioError(f"{where}: unknown key {k!r}{hint}")
+    check_keys(where, got, known, ScenarioError)
 
 
 def apply_workload_options(
@@ -179,16 +173,7 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
             path = bundled_path(name if name.endswith(".yaml") else name + ".yaml")
         else:
             path = Path(s)
-        if not path.exists():
-            raise ScenarioError(f"{path}: scenario file not found")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            raise ScenarioError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
-        if not isinstance(data, dict):
-            raise ScenarioError(f"{path}: a scenario is a mapping of keys")
+        data = load_mapping(path, "scenario", ScenarioError)
         base = path.parent
         data.setdefault("name", path.stem)
     else:

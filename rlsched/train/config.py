@@ -35,14 +35,12 @@ Relative paths are relative to the experiment file.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlsched.errors import RlschedError
+from rlsched.yamlfile import check_keys, load_mapping
 
 
 class ExperimentError(RlschedError):
@@ -135,11 +133,7 @@ class Experiment:
 
 
 def _keys(where: str, got: dict[str, Any], known: set[str]) -> None:
-    for k in got:
-        if k not in known:
-            close = difflib.get_close_matches(str(k), sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
-            raise ExperimentError(f"{where}: unknown key {k!r}{hint}")
+    check_keys(where, got, known, ExperimentError)
 
 
 def _names(cls: type) -> set[str]:
@@ -202,16 +196,7 @@ def _sub(where: str, d: Any, cls: type) -> Any:
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
     path = Path(path)
-    if not path.exists():
-        raise ExperimentError(f"{path}: experiment file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ExperimentError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict):
-        raise ExperimentError(f"{path}: an experiment is a mapping of keys")
+    data = load_mapping(path, "experiment", ExperimentError)
     try:
         return _parse(data, path)
     except ExperimentError as exc:
