@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -40,6 +41,7 @@ from gymnasium import spaces
 
 from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import named_layouts, pack_layout, pool_candidates, reconfigure_check
+from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, Gpu, JobRun, Node, NodeStatus, Placement, Pool, PoolKind, Sharing
 from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
@@ -113,8 +115,8 @@ _log1p = math.log1p
 class _PoolCache:
     """What the codec knows about one pool slot between invalidations."""
 
-    __slots__ = ("can_down", "can_up", "dirty", "feas", "held", "index", "layout_keys", "layouts", "pool",
-                 "price", "ready_gpus", "reconf")
+    __slots__ = ("can_down", "can_up", "dirty", "feas", "held", "index", "layout_keys", "layouts", "max_gpus",
+                 "max_nodes", "pool", "price", "ready_gpus", "reconf", "row0")
 
     def __init__(self, index: int, pool: Pool, layouts: list[tuple[str, ...] | None]) -> None:
         self.index = index
@@ -130,6 +132,14 @@ class _PoolCache:
         self.held = 0
         self.ready_gpus = 0
         self.price = 0.0
+        spec = pool.spec
+        self.max_nodes = max(spec.max_nodes, 1)
+        self.max_gpus = self.max_nodes * spec.gpus_per_node
+        #: the pool row's constant part (presence and one-hots); the rest is refreshed
+        self.row0 = [0.0] * len(POOL_FEATURES)
+        self.row0[0] = 1.0
+        self.row0[_KIND_COLS[spec.kind]] = 1.0
+        self.row0[_SHARING_COLS[spec.sharing]] = 1.0
 
 
 class ObservationCodec:
@@ -198,6 +208,10 @@ class ObservationCodec:
         self._window_epoch = -1
         self._window_dirty = True
         self._window_runs: list[JobRun] = []
+        self._window_demand = 0.0
+        self._win_key: tuple[int, ...] | None = None
+        self._demand_key: tuple[int, int] | None = None
+        self._demand_total = 0.0
         self._est_version: tuple[int, int] = (0, -1)
         self._sel_key: tuple[int, int, int, int] | None = None
         self._sel_runs: list[JobRun] = []
@@ -294,6 +308,9 @@ class ObservationCodec:
         self._store[:] = 0.0
         self._free_rows = list(range(len(self._store) - 1, 0, -1))
         self._job_row = {}
+        self._win_key = None
+        self._demand_key = None
+        self._sel_key = None
         self._feas[:] = 0.0
         self._shape_ids = {}
         self._gpu_layouts = {}
@@ -334,8 +351,9 @@ class ObservationCodec:
         idle_node = False
         # first idle, open GPU per distinct current layout (MIG pools): reconfiguration candidates
         idle_by_layout: dict[tuple[str, ...], tuple[Node, Gpu]] = {}
-        for node in pool.nodes.values():
-            held += 1
+        nodes = pool.nodes
+        held = len(nodes)
+        for node in nodes.values():
             st = node.status
             if st is _READY:
                 ready += 1
@@ -363,16 +381,13 @@ class ObservationCodec:
         room = headroom(state, pool) if elastic else 0
         slot.can_up = elastic and room > 0
         slot.can_down = elastic and idle_node and held > spec.min_nodes
-        max_nodes = max(spec.max_nodes, 1)
-        max_gpus = max_nodes * spec.gpus_per_node
-        q = state.quotes.get(pool.name)
+        max_nodes = slot.max_nodes
+        max_gpus = slot.max_gpus
+        q = state.quotes.get(spec.name)
         price = q.price_per_gpu_hour if q is not None else (spec.cost_per_gpu_hour or 0.0)
         od = q.ondemand_per_gpu_hour if q is not None else price
         reclaim = q.reclaim_rate_per_hour if q is not None else 0.0
-        row = [0.0] * len(POOL_FEATURES)
-        row[0] = 1.0
-        row[_KIND_COLS[spec.kind]] = 1.0
-        row[_SHARING_COLS[spec.sharing]] = 1.0
+        row = slot.row0.copy()
         row[7] = held / max_nodes
         row[8] = ready / max_nodes
         row[9] = free_whole / max_gpus
@@ -431,20 +446,44 @@ class ObservationCodec:
         self._gpu_layouts[gpu] = (slices, key)
         return key
 
-    def _idle_mig_gpus(self, pool: Pool, now: float) -> list[tuple[Node, Gpu, tuple[str, ...]]]:
-        """Ready, open, idle MIG GPUs of ``pool`` with their layout keys, least-loaded node first."""
-        out = []
+    def _reconfigure_target(self, state: ClusterState, pool: Pool, li: int,
+                            lay: tuple[str, ...]) -> tuple[Node, Gpu] | None:
+        """The ready, open, idle MIG GPU of ``pool`` to re-split to layout slot ``li``.
+
+        Least-loaded node first (then node id, GPU index), skipping GPUs already in the
+        target layout. For a GPU that passed the idle pre-filter the legality answer
+        depends only on (model, current layout, target), so it shares
+        :meth:`_refresh_pool`'s memo.
+        """
+        now = state.time
+        target = tuple(sorted(lay))
+        memo, model = self._reconf_memo, id(pool.spec.model)
+        best: tuple[Node, Gpu] | None = None
+        best_key: tuple[int, str, int] | None = None
         for node in pool.nodes.values():
             if node.status is not _READY:
+                continue
+            load = len(node.jobs)
+            if best_key is not None and load > best_key[0]:
                 continue
             for gpu in node.gpus:
                 if gpu.holders or gpu.busy_until > now or not gpu.healthy:
                     continue
-                if any(s.holder is not None for s in gpu.slices):
+                if any(sl.holder is not None for sl in gpu.slices):
                     continue
-                out.append((node, gpu, self._gpu_layout_key(gpu)))
-        out.sort(key=lambda t: (len(t[0].jobs), t[0].id, t[1].index))
-        return out
+                key = self._gpu_layout_key(gpu)
+                if key == target:
+                    continue
+                rank = (load, node.id, gpu.index)
+                if best_key is not None and rank >= best_key:
+                    continue
+                mk = (model, key, li)
+                ok = memo.get(mk)
+                if ok is None:
+                    ok = memo[mk] = reconfigure_check(state, node.id, gpu.index, lay) is None
+                if ok:
+                    best, best_key = (node, gpu), rank
+        return best
 
     def _shape_id(self, key: tuple[Any, ...]) -> int:
         sid = self._shape_ids.get(key)
@@ -486,18 +525,16 @@ class ObservationCodec:
         it = iter(queue.values())
         head = list(islice(it, head_n))
         rest = list(islice(it, TAIL_SCAN))
-        est = estimator.estimate
-        if self._est_version != (id(estimator), estimator.version):
-            self._est_version = (id(estimator), estimator.version)
-            self._est_memo = {}
-        memo = self._est_memo
+        memo, raw = self._estimate_memo(state)
         scored = []
         for i, run in enumerate(rest):
             job = run.job
-            ck = (job.user, job.num_gpus, job.gpu_milli)
-            e = memo.get(ck)
-            if e is None:
-                e = memo[ck] = est(job)
+            if memo is None:
+                e = raw(job)
+            else:
+                ck = (job.user, job.num_gpus, job.gpu_milli)
+                got = memo.get(ck)
+                e = got if got is not None else memo.setdefault(ck, raw(job))
             scored.append((e, i))
         # rest is in submission order, so sorting the picked indices restores it
         picked = sorted(i for _, i in heapq.nsmallest(k - head_n, scored))
@@ -505,7 +542,28 @@ class ObservationCodec:
         self._sel_key, self._sel_runs = key, runs
         return list(runs)
 
+    def _estimate_memo(self, state: ClusterState) -> tuple[dict[tuple[str, int, int], float] | None,
+                                                           Callable[[Job], float]]:
+        """``state.estimator.estimate`` and a memo of its answers keyed on what it reads.
+
+        The estimator is a per-(user, request shape) statistic, so jobs of one
+        (user, GPUs, milli-GPU) share an answer until the estimator learns something
+        new (its version moves). The oracle answers per job: no memo (None).
+        """
+        estimator = state.estimator
+        if estimator.oracle:
+            return None, estimator.estimate
+        if self._est_version != (id(estimator), estimator.version):
+            self._est_version = (id(estimator), estimator.version)
+            self._est_memo = {}
+        return self._est_memo, estimator.estimate
+
     def _refresh_window(self, state: ClusterState, now: float) -> None:
+        estimator = state.estimator
+        win_key = (id(state), state.queue_version, id(estimator), estimator.version, self._epoch)
+        if win_key == self._win_key:
+            return  # same queue, same estimates, same time: e.g. after a scale or reconfigure step
+        self._win_key = win_key
         runs = self._select_window(state)
         epoch = self._epoch
         job_row = self._job_row
@@ -514,8 +572,9 @@ class ObservationCodec:
             for jid in [j for j in job_row if j not in live]:
                 self._free_rows.append(job_row.pop(jid)[0])
         store = self._store
-        est = state.estimator.estimate
+        memo, raw = self._estimate_memo(state)
         row_idx = self._row_idx
+        demand = 0.0
         shape_idx = self._shape_idx
         shapes: list[int] = []
         for i, run in enumerate(runs):
@@ -528,10 +587,16 @@ class ObservationCodec:
                 store[r, :4] = (1.0, math.log2(max(job.num_gpus, 1)) + 1.0,
                                 job.gpu_demand if job.fractional else 1.0, 1.0 if job.fractional else 0.0)
                 store[r, 6:8] = (math.tanh(job.priority / 2.0), 1.0 if job.preemptible else 0.0)
-                entry = [r, -1, sid]
+                entry = [r, -1, sid, job.gpu_demand]
                 job_row[job.job_id] = entry
+            demand += entry[3]
             if entry[1] != epoch:
-                e = est(job)
+                if memo is None:
+                    e = raw(job)
+                else:
+                    ck = (job.user, job.num_gpus, job.gpu_milli)
+                    got = memo.get(ck)
+                    e = got if got is not None else memo.setdefault(ck, raw(job))
                 wait = run.queued_s + (now - run.enqueued_at)
                 dl = job.deadline
                 if dl is None:
@@ -551,6 +616,7 @@ class ObservationCodec:
         shape_idx[n:] = 0
         self._window_runs = runs
         self._window_shapes = shapes
+        self._window_demand = demand
 
     # ------------------------------------------------------------------ public
     def encode(self, state: ClusterState) -> dict[str, np.ndarray]:
@@ -561,13 +627,16 @@ class ObservationCodec:
         jobs = np.empty((self.window, _F_DYNAMIC + self.max_pools), dtype=np.float32)
         jobs[:, :_F_DYNAMIC] = self._store.take(self._row_idx, axis=0)
         jobs[:, _F_DYNAMIC:] = self._feas.take(self._shape_idx, axis=0)
-        total = 0.0
-        for shape, count in state.queue_shapes.items():
-            ng, milli = shape[0], shape[1]
-            total += count * (milli / 1000.0 if ng == 1 and milli < 1000 else ng)  # type: ignore[operator]
-        in_window = 0.0
-        for run in self._window_runs:
-            in_window += run.job.gpu_demand
+        qkey = (id(state), state.queue_version)
+        if qkey == self._demand_key:
+            total = self._demand_total
+        else:
+            total = 0.0
+            for shape, count in state.queue_shapes.items():
+                ng, milli = shape[0], shape[1]
+                total += count * (milli / 1000.0 if ng == 1 and milli < 1000 else ng)  # type: ignore[operator]
+            self._demand_key, self._demand_total = qkey, total
+        in_window = self._window_demand
         capacity = 0
         cost_rate = 0.0
         for s in slots:
@@ -636,7 +705,8 @@ class ObservationCodec:
             raise ValueError(f"action {a} outside Discrete({self.n_actions})")
         if a == self.wait_action:
             return None
-        pools = list(state.pools.values())[: self.max_pools]
+        self._sync(state)
+        pools = self._all_pools[: self.max_pools]
         p_slots = self.max_pools
         if a < self.reconfigure_offset:
             k, p = divmod(a, p_slots)
@@ -658,11 +728,10 @@ class ObservationCodec:
             lay = self._layouts_for(pool)[li]
             if lay is None:
                 return Reconfigure("", 0, ())
-            target = tuple(sorted(lay))
-            for node, gpu, key in self._idle_mig_gpus(pool, state.time):
-                if key != target and reconfigure_check(state, node.id, gpu.index, lay) is None:
-                    return Reconfigure(node.id, gpu.index, lay)
-            return Reconfigure("", 0, lay)
+            target = self._reconfigure_target(state, pool, li, lay)
+            if target is None:
+                return Reconfigure("", 0, lay)
+            return Reconfigure(target[0].id, target[1].index, lay)
         p, down = divmod(a - self.scale_offset, 2)
         name = pools[p].name if p < len(pools) else ""
         return Scale(name, -1 if down else 1)

@@ -167,6 +167,11 @@ class Engine:
         self.capacity = 0
         self._held_gpus: dict[str, int] = {}
         self._held_base: dict[str, float] = {}
+        # last cumulative-cost query per pool: cost_so_far and _hold ask for the same
+        # (pool, now) many times between two events
+        self._cum_memo: dict[str, tuple[float, float]] = {}
+        # cumulative cost per GPU at each held node's request time (its bill is C(now) - this)
+        self._node_base: dict[str, float] = {}
         self.cost_ondemand = 0.0
         self.cost_spot = 0.0
         self.cost_onprem = 0.0
@@ -247,7 +252,12 @@ class Engine:
 
     def _cum_cost(self, spec: PoolSpec, t: float) -> float:
         """USD for one GPU of ``spec`` from market time 0 to simulated time ``t``."""
-        return self.market.cost(spec, 0.0, self._mt(t))
+        hit = self._cum_memo.get(spec.name)
+        if hit is not None and hit[0] == t:
+            return hit[1]
+        usd = self.market.cost(spec, 0.0, self._mt(t))
+        self._cum_memo[spec.name] = (t, usd)
+        return usd
 
     def _hold(self, node: Node, sign: int) -> None:
         """Track held GPUs per pool so the running cost is O(pools), not O(nodes).
@@ -257,9 +267,12 @@ class Engine:
         """
         spec = self.state.pools[node.pool].spec
         g = len(node.gpus)
+        if sign > 0:
+            base = self._node_base[node.id] = self._cum_cost(spec, node.requested_at)
+        else:
+            base = self._node_base.pop(node.id)
         self._held_gpus[spec.name] = self._held_gpus.get(spec.name, 0) + sign * g
-        self._held_base[spec.name] = self._held_base.get(spec.name, 0.0) + sign * g * self._cum_cost(
-            spec, node.requested_at)
+        self._held_base[spec.name] = self._held_base.get(spec.name, 0.0) + sign * g * base
 
     def cost_so_far(self) -> float:
         """USD spent until now, including nodes still held."""
@@ -534,9 +547,10 @@ class Engine:
         self._remove_node(node)
         return False
 
-    def _charge(self, node: Node) -> None:
+    def _charge(self, node: Node, base: float) -> None:
+        """Bill ``node`` from its request until now; ``base`` is the cumulative cost at its request."""
         spec = self.state.pools[node.pool].spec
-        usd = len(node.gpus) * self.market.cost(spec, self._mt(node.requested_at), self._mt(self.now))
+        usd = len(node.gpus) * (self._cum_cost(spec, self.now) - base)
         if spec.kind is PoolKind.SPOT:
             self.cost_spot += usd
         elif spec.kind is PoolKind.ONDEMAND:
@@ -545,10 +559,11 @@ class Engine:
             self.cost_onprem += usd
 
     def _remove_node(self, node: Node) -> None:
+        base = self._node_base[node.id]
         self._hold(node, -1)
         if node.ready:
             self.capacity -= len(node.gpus)
-        self._charge(node)
+        self._charge(node, base)
         self.state.remove_node(node)
 
     def _reclaim(self, node: Node, reason: str) -> None:
