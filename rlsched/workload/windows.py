@@ -16,6 +16,7 @@ cluster) so that the load stays finite.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -73,6 +74,8 @@ def split_windows(trace: Trace, length_s: float, *, stride_s: float | None = Non
     if not trace.jobs:
         return out
     t0, last = trace.start, trace.last_submit
+    if stride == length_s:
+        return _partition(trace, t0, length_s)
     k = 0
     while True:
         lo = t0 + k * stride
@@ -82,6 +85,34 @@ def split_windows(trace: Trace, length_s: float, *, stride_s: float | None = Non
         if w.jobs:
             out.append(w)
         k += 1
+    return out
+
+
+def _partition(trace: Trace, t0: float, length_s: float) -> list[Trace]:
+    """Consecutive windows as a true partition: every job in exactly one window.
+
+    Cutting with ``window(lo, lo + length)`` per window computes each boundary
+    twice (``t0 + k*L + L`` and ``t0 + (k+1)*L``), which can differ by an ulp and
+    put a job on the boundary in two windows or none. Here a job's window is the
+    integer ``floor((submit - t0) / L)``, and its re-based time is clamped into
+    ``[0, L)`` against the same rounding.
+    """
+    groups: dict[int, list[Job]] = {}
+    for job in trace.jobs:
+        groups.setdefault(math.floor((job.submit_time - t0) / length_s), []).append(job)
+    below = math.nextafter(length_s, 0.0)
+    out: list[Trace] = []
+    for k in sorted(groups):
+        lo = t0 + k * length_s
+        jobs = []
+        for job in groups[k]:
+            j = _rebased(job, lo)
+            if not 0.0 <= j.submit_time < length_s:
+                at = min(max(j.submit_time, 0.0), below)
+                j = replace(j, submit_time=at, deadline=None if job.deadline is None else
+                            at + (job.deadline - job.submit_time))
+            jobs.append(j)
+        out.append(_derived(trace, jobs, f"[{lo:g}:{lo + length_s:g}]", keep_skips=False))
     return out
 
 
