@@ -182,6 +182,17 @@ def simulate(
         raise ScenarioError(f"{sc.source or sc.name}: the workload has no jobs")
     names = policy or list(available())
     schedulers = [build_policy(n) for n in names]
+    # A policy trained with a demand forecaster (forecaster.json in its model folder) reads the
+    # forecast in its observation; every policy of this run then replays with a fresh copy of
+    # it, so the heuristics' forecast-aware autoscaling sees the same forecast (a fair comparison).
+    forecast: Any = None
+    if any(n.startswith("ppo:") for n in names):
+        from rlsched.policies.ppo import policy_forecast
+
+        forecast = next((f for s in schedulers if (f := policy_forecast(s)) is not None), None)
+        if forecast is not None and not quiet:
+            _err.print(f"demand forecast: {type(forecast.forecaster).__name__} from the model folder "
+                       f"(horizon {forecast.horizon_s:g} s), for every policy of this run")
 
     reports = []
     progress = Progress(
@@ -191,7 +202,8 @@ def simulate(
     with progress:
         for sched in schedulers:
             task = progress.add_task(sched.name, total=len(jobs))
-            engine = Engine(sc.pools, jobs, sc.market, sim)
+            engine = Engine(sc.pools, jobs, sc.market, sim, forecaster=forecast.new() if forecast else None,
+                            forecast_horizon_s=forecast.horizon_s if forecast else 3600.0)
             def tick(done: int, total: int, t: TaskID = task) -> None:
                 progress.update(t, completed=done)
 
@@ -220,6 +232,8 @@ def simulate(
             "cluster": format_cluster(sc.pools),
             "jobs": len(jobs),
             "seed": sim.seed,
+            "forecast": ({"model": type(forecast.forecaster).__name__, "horizon_s": forecast.horizon_s,
+                          "fitted_on": forecast.fitted_on} if forecast is not None else None),
             "results": [r.result() for r in reports],
         }
         json_out.parent.mkdir(parents=True, exist_ok=True)

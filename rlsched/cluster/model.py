@@ -356,6 +356,8 @@ class ClusterState:
         #: forecast GPU demand per request-size class ("fractional", "1", "2-4", "8+", total "*")
         #: over the next horizon, in average busy GPUs; set by a forecaster when one runs.
         self.demand_forecast: dict[str, float] = {}
+        #: the horizon (seconds) ``demand_forecast`` covers; 0 while there is no forecast.
+        self.demand_forecast_horizon_s = 0.0
         # Arrival-rate signal (GPUs requested per hour, exponentially decayed), fed by
         # :meth:`note_arrival` in simulation and live alike, so a policy sees the same
         # signal in training and in serving.

@@ -22,6 +22,7 @@ from rlsched.cluster.job import Job
 from rlsched.envs.codec import ObservationCodec
 from rlsched.scenario import Scenario, load_scenario
 from rlsched.sim.engine import Engine
+from rlsched.workload.forecast import DemandForecaster, fresh_forecaster
 
 #: Default reward weights; see the class docstring (Rewards) for units.
 DEFAULT_REWARD_WEIGHTS: dict[str, float] = {
@@ -127,6 +128,11 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     * ``reward_weights``: overrides of the weights above.
     * ``max_steps``: truncation limit; None = none.
     * ``render_mode``: None or ``"ansi"`` (a one-line text summary).
+    * ``forecaster``: a *fitted* demand forecaster (see :mod:`rlsched.workload.forecast`);
+      each episode's engine gets a fresh copy (clock shifted with the episode), whose
+      forecast total is the ``globals`` demand signal and drives forecast-aware
+      autoscaling. None: the engine's recent arrival rate is the demand signal.
+    * ``forecast_horizon_s`` (3600): the forecast horizon.
 
     ## Version History
 
@@ -145,6 +151,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         reward_weights: dict[str, float] | None = None,
         max_steps: int | None = None,
         render_mode: str | None = None,
+        forecaster: DemandForecaster | None = None,
+        forecast_horizon_s: float = 3600.0,
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not self.scenario.jobs:
@@ -159,6 +167,9 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
                 raise ValueError(f"unknown reward weight {k!r} (known: {', '.join(weights)})")
             weights[k] = float(v)
         self.reward_weights = weights
+        self.forecaster = forecaster
+        self.forecast_horizon_s = forecast_horizon_s
+        self._shift = 0.0
         self.episode_jobs = episode_jobs
         self.max_steps = max_steps
         self.render_mode = render_mode
@@ -174,11 +185,13 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     def _episode_jobs(self) -> list[Job]:
         jobs = self._jobs_sorted
         n = self.episode_jobs
+        self._shift = 0.0
         if n is None or n >= len(jobs):
             return jobs
         start = int(self.np_random.integers(0, len(jobs) - n + 1))
         part = jobs[start: start + n]
         shift = math.floor(part[0].submit_time / _DAY_S) * _DAY_S
+        self._shift = shift
         if shift == 0.0:
             return part
         return [replace(j, submit_time=j.submit_time - shift,
@@ -192,7 +205,9 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         jobs = self._episode_jobs()
         sim_seed = int(self.np_random.integers(0, 2**31 - 1))
         sc = self.scenario
-        eng = Engine(sc.pools, jobs, sc.market, replace(sc.sim, seed=sim_seed))
+        fc = fresh_forecaster(self.forecaster, self._shift) if self.forecaster is not None else None
+        eng = Engine(sc.pools, jobs, sc.market, replace(sc.sim, seed=sim_seed), forecaster=fc,
+                     forecast_horizon_s=self.forecast_horizon_s)
         self._engine = eng
         self._t_start = eng.now
         self._steps = 0

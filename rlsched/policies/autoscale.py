@@ -5,6 +5,26 @@ The engine already stops elastic nodes that sit idle for the pool's
 the request from the queue: GPUs that the blocked jobs need, minus what is already
 being provisioned, in whole nodes, within the pool's maximum and (for spot) the
 market's availability.
+
+**Buying ahead of a forecast.** A node bought when a job queues arrives one
+provisioning delay later, so every job that arrives to a full cluster waits at least
+that long. When a demand forecaster runs (``ClusterState.demand_forecast``, see
+:mod:`rlsched.workload.forecast`), :class:`QueueAutoscaler` also buys for the jobs
+expected *during* the provisioning delay ``d`` of the pool it would buy in::
+
+    lead = D_*(now, H) * min(1, d / H)
+    buy  = lead - (free GPUs now + GPUs provisioning + GPUs bought this scan - GPUs the blocked jobs need)
+
+``D_*`` is the forecast total (average GPUs that the next ``H`` seconds of arrivals
+keep busy); spreading it evenly over the horizon and assuming each arrival needs its
+GPUs for at least ``d`` gives the GPUs arriving within ``d`` (a lower bound when jobs
+are shorter than the horizon). A positive shortfall buys whole nodes in the cheapest
+elastic pool the autoscaler may use (:meth:`QueueAutoscaler.forecast_pool`), within
+``max_step``. It is a no-op without a forecast, with a zero delay, or when the
+pre-bought capacity is still idle or coming (so a wrong forecast costs at most one
+lead's worth of nodes until the engine's idle stop returns them). The heuristics
+only scan when the queue is non-empty or a forecast is published
+(:class:`~rlsched.policies.base.QueueHeuristic`). ``forecast_lead=False`` turns it off.
 """
 
 from __future__ import annotations
@@ -38,8 +58,9 @@ class QueueAutoscaler:
     does not buy a whole pool at once.
     """
 
-    def __init__(self, max_step: int = 8) -> None:
+    def __init__(self, max_step: int = 8, forecast_lead: bool = True) -> None:
         self.max_step = max_step
+        self.forecast_lead = forecast_lead
 
     def reset(self, state: ClusterState) -> None:
         return None
@@ -57,10 +78,52 @@ class QueueAutoscaler:
                 best, best_price = pool, price
         return best
 
+    def forecast_pool(self, state: ClusterState, pools: list[Pool]) -> Pool | None:
+        """The elastic pool to buy forecast capacity in: the cheapest with headroom (override to restrict)."""
+        best = None
+        best_price = math.inf
+        for pool in pools:
+            if headroom(state, pool) <= 0:
+                continue
+            q = state.quotes.get(pool.name)
+            price = q.price_per_gpu_hour if q else 0.0
+            if price < best_price:
+                best, best_price = pool, price
+        return best
+
+    def forecast_decisions(self, state: ClusterState, elastic: list[Pool], blocked_gpus: float,
+                           bought: dict[str, int]) -> Iterator[Decision]:
+        """Scale-ups for the demand forecast over the provisioning delay (see the module docstring)."""
+        fc = state.demand_forecast
+        horizon = state.demand_forecast_horizon_s
+        if not self.forecast_lead or not fc or horizon <= 0:
+            return
+        total = fc.get("*", 0.0)
+        if total <= 0:
+            return
+        pool = self.forecast_pool(state, elastic)
+        if pool is None:
+            return
+        lead = total * min(1.0, pool.spec.provision_delay_s / horizon)
+        if lead <= 0:
+            return
+        free = max(state.capacity_gpus() - state.allocated, 0.0)
+        coming = sum(provisioning_gpus(p) for p in state.pools.values() if p.spec.kind.elastic)
+        new = sum(state.pools[n].spec.gpus_per_node * k for n, k in bought.items())
+        need = lead - (free + coming + new - blocked_gpus)
+        if need <= 0:
+            return
+        step = self.max_step - bought.get(pool.name, 0)
+        nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool) - bought.get(pool.name, 0), step)
+        if nodes > 0:
+            yield Scale(pool.name, nodes)
+
     def decide(self, state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
         elastic = [p for p in state.pools.values() if p.spec.kind.elastic and headroom(state, p) > 0]
         if not elastic:
             return
+        bought: dict[str, int] = {}
+        blocked_gpus = 0.0
         demand: dict[str, float] = {}
         # The pool choice depends only on the request shape unless a deadline is involved.
         memo: dict[tuple[object, ...], Pool | None] = {}
@@ -76,6 +139,7 @@ class QueueAutoscaler:
                     memo[key] = pool
             if pool is not None:
                 demand[pool.name] = demand.get(pool.name, 0.0) + job.gpu_demand
+                blocked_gpus += job.gpu_demand
         for name, gpus in demand.items():
             pool = state.pools[name]
             need = gpus - provisioning_gpus(pool)
@@ -83,7 +147,9 @@ class QueueAutoscaler:
                 continue
             nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
             if nodes > 0:
+                bought[name] = nodes
                 yield Scale(name, nodes)
+        yield from self.forecast_decisions(state, elastic, blocked_gpus, bought)
 
 
 class SpotFirstAutoscaler(QueueAutoscaler):
@@ -94,8 +160,8 @@ class SpotFirstAutoscaler(QueueAutoscaler):
     trusted to spot: a reclaim could make it late.
     """
 
-    def __init__(self, max_step: int = 8, risk_factor: float = 0.5) -> None:
-        super().__init__(max_step)
+    def __init__(self, max_step: int = 8, risk_factor: float = 0.5, forecast_lead: bool = True) -> None:
+        super().__init__(max_step, forecast_lead)
         self.risk_factor = risk_factor
 
     def at_risk(self, state: ClusterState, run: JobRun, delay: float) -> bool:

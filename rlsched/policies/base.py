@@ -135,6 +135,10 @@ class QueueHeuristic:
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         if not state.queue:
+            if self._elastic and state.demand_forecast and state.time >= self._next_scale:
+                # Nothing waits, but a forecast may call for capacity ahead of the arrivals.
+                self._next_scale = state.time + self.scale_interval_s
+                yield from self.autoscaler.decide(state, [])
             return
         # Blocked jobs are collected for the autoscaler and for preemption hooks, up to a cap.
         # The autoscaler looks at the queue every ``scale_interval_s`` (like a cluster autoscaler's
@@ -177,6 +181,10 @@ class QueueHeuristic:
             if scale_now:
                 self._next_scale = state.time + self.scale_interval_s
                 yield from self.autoscaler.decide(state, blocked)
+        elif scale_now and state.demand_forecast:
+            # Nothing is blocked, but a forecast may call for capacity ahead of the arrivals.
+            self._next_scale = state.time + self.scale_interval_s
+            yield from self.autoscaler.decide(state, blocked)
         if self._elastic and not scale_now and state.queue and not state.running and not any(
             n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
         ):

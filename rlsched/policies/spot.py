@@ -111,6 +111,9 @@ class OnDemandOnlyAutoscaler(QueueAutoscaler):
     def choose_pool(self, state: ClusterState, run: JobRun, pools: list[Pool]) -> Pool | None:
         return super().choose_pool(state, run, [p for p in pools if p.spec.kind is not PoolKind.SPOT])
 
+    def forecast_pool(self, state: ClusterState, pools: list[Pool]) -> Pool | None:
+        return super().forecast_pool(state, [p for p in pools if p.spec.kind is not PoolKind.SPOT])
+
 
 class SpotGreedyAutoscaler(QueueAutoscaler):
     """Buy spot for every preemptible job while the market sells it; on-demand otherwise.

@@ -322,6 +322,7 @@ class Engine:
                 self._refresh_quotes()
                 if self.forecaster is not None:
                     self.state.demand_forecast = self.forecaster.predict(self.now, self.forecast_horizon_s)
+                    self.state.demand_forecast_horizon_s = self.forecast_horizon_s
                 return True
 
     def _handle(self, kind: int, obj: object, version: int) -> bool:

@@ -28,6 +28,7 @@ An experiment names what to train on and how (keys not listed are errors with a
     eval_every_steps: 50000
     checkpoint_every_steps: 25000
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
+    forecast: {model: smoothed-seasonal, horizon_s: 3600}   # demand forecaster (model: none = off)
     output: ../models/default           # model folder written at the end
 
 Relative paths are relative to the experiment file.
@@ -88,6 +89,46 @@ class MlflowParams:
 
 
 @dataclass(frozen=True)
+class ForecastParams:
+    """The demand forecaster fitted on the training windows (see :mod:`rlsched.workload.forecast`).
+
+    ``model``: ``smoothed-seasonal`` (default), ``seasonal-naive`` or ``none`` (no
+    forecaster: the observation's demand signal is the recent arrival rate, as before).
+    ``horizon_s``: forecast horizon; ``eval_step_s``: spacing of the forecast origins
+    when its error is scored on the evaluation windows. The other keys are
+    constructor arguments of :class:`~rlsched.workload.forecast.SmoothedSeasonal`
+    (``season``, ``tau_s``, ...) or, for seasonal-naive, ``season_s``.
+    """
+
+    model: str = "smoothed-seasonal"
+    horizon_s: float = 3600.0
+    eval_step_s: float = 3600.0
+    origin_epoch_s: float = 0.0
+    season: str = "auto"
+    tau_s: float = 12 * 3600.0
+    prior_weight: float = 1.0
+    class_prior_weight: float = 0.25
+    level_floor: float = 0.25
+    level_ceiling: float = 4.0
+    shrink_hours: float = 1.0
+    season_s: float = 86400.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.model != "none"
+
+    def model_params(self) -> dict[str, Any]:
+        """Constructor arguments of the chosen forecaster."""
+        if self.model == "seasonal-naive":
+            return {"season_s": self.season_s}
+        return {k: getattr(self, k) for k in SMOOTHED_SEASONAL_KEYS}
+
+
+SMOOTHED_SEASONAL_KEYS = ("origin_epoch_s", "season", "tau_s", "prior_weight", "class_prior_weight",
+                          "level_floor", "level_ceiling", "shrink_hours")
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     scenarios: tuple[ScenarioEntry, ...]
@@ -108,6 +149,7 @@ class Experiment:
     eval_every_steps: int = 0
     checkpoint_every_steps: int = 25_000
     mlflow: MlflowParams = field(default_factory=MlflowParams)
+    forecast: ForecastParams = field(default_factory=ForecastParams)
     output: str = ""
     source: str = ""
 
@@ -193,6 +235,34 @@ def _sub(where: str, d: Any, cls: type) -> Any:
         raise ExperimentError(f"{where}: {exc}") from None
 
 
+def _forecast(d: Any) -> ForecastParams:
+    fp: ForecastParams = _sub("forecast", d, ForecastParams)
+    given = set(d or ())
+    models = ("smoothed-seasonal", "seasonal-naive", "none")
+    if fp.model not in models:
+        raise ExperimentError(f"forecast.model must be one of {', '.join(models)}, got {fp.model!r}")
+    own = {"smoothed-seasonal": set(SMOOTHED_SEASONAL_KEYS), "seasonal-naive": {"season_s"}, "none": set()}
+    foreign = sorted(given - {"model", "horizon_s", "eval_step_s"} - own[fp.model])
+    if foreign:
+        raise ExperimentError(f"forecast: {', '.join(foreign)} do not apply to model {fp.model!r}")
+    try:
+        for k in ("horizon_s", "eval_step_s", "origin_epoch_s", "tau_s", "prior_weight", "class_prior_weight",
+                  "level_floor", "level_ceiling", "shrink_hours", "season_s"):
+            float(getattr(fp, k))
+    except (TypeError, ValueError):
+        raise ExperimentError(f"forecast.{k} must be a number, got {getattr(fp, k)!r}") from None
+    if not (float(fp.horizon_s) > 0 and float(fp.eval_step_s) > 0):
+        raise ExperimentError("forecast.horizon_s and forecast.eval_step_s must be > 0")
+    if fp.enabled:
+        from rlsched.workload.forecast import make_forecaster
+
+        try:
+            make_forecaster(fp.model, **fp.model_params())
+        except (TypeError, ValueError) as exc:
+            raise ExperimentError(f"forecast: {exc}") from None
+    return fp
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
     path = Path(path)
@@ -241,7 +311,8 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         vec_env=vec, total_steps=int(data.get("total_steps", 100_000)), seed=int(data.get("seed", 0)),
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
-        mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), output=out, source=str(path),
+        mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
+        output=out, source=str(path),
     )
     for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),
                     ("window", exp.window), ("max_pools", exp.max_pools), ("eval_max_jobs", exp.eval_max_jobs)):

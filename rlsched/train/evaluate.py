@@ -10,6 +10,7 @@ from typing import Any
 from rlsched.policies import available, make_policy
 from rlsched.sim import Engine, Report
 from rlsched.train.worlds import World
+from rlsched.workload.forecast import fresh_forecaster
 
 #: Metrics averaged over worlds in the summary (lower is better except utilisation).
 SUMMARY_METRICS = ("mean_jct_s", "p95_jct_s", "mean_wait_s", "cost_usd", "gpu_utilization", "deadline_misses",
@@ -25,7 +26,10 @@ def _horizon(world: World) -> float:
 def run_world(world: World, scheduler: Any) -> Report:
     """Replay one world under one scheduler (with a horizon guard for untrained policies)."""
     sc = world.scenario
-    engine = Engine(sc.pools, sc.jobs, sc.market, replace(sc.sim, horizon_s=_horizon(world)))
+    # A fresh copy per replay: a forecaster learns online, and every policy must start from the same one.
+    fc = fresh_forecaster(world.forecaster) if world.forecaster is not None else None
+    engine = Engine(sc.pools, sc.jobs, sc.market, replace(sc.sim, horizon_s=_horizon(world)), forecaster=fc,
+                    forecast_horizon_s=world.forecast_horizon_s)
     return engine.run(scheduler)
 
 

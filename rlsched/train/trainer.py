@@ -24,6 +24,15 @@ import numpy as np
 from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment
 from rlsched.train.evaluate import comparison_markdown, evaluate
+from rlsched.train.forecasting import (
+    FORECASTER_FILE,
+    attach,
+    error_markdown,
+    error_metrics,
+    fit_forecasters,
+    forecast_error,
+    save_forecaster,
+)
 from rlsched.train.worlds import MultiWorldEnv, World, evaluation_worlds, training_worlds
 
 
@@ -281,6 +290,15 @@ def train(
     eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
     holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
     log(f"{len(worlds)} training worlds, {len(eval_worlds)} evaluation windows, {len(holdout_worlds)} holdout windows")
+    # The demand forecaster: fitted on the training windows only; every training episode and every
+    # evaluation replay (policy and heuristics alike) runs with a fresh copy of it.
+    fitted = fit_forecasters(exp)
+    if fitted:
+        worlds = attach(exp, worlds, fitted)
+        eval_worlds = attach(exp, eval_worlds, fitted)
+        holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
+        log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
+            f"training windows of {', '.join(fitted)}")
     ckpt_dir = run_dir / "checkpoints"
     ckpt = latest_checkpoint(ckpt_dir) if resume else None
     if resume and ckpt is None:
@@ -356,6 +374,28 @@ def train(
         if ho is not None:
             table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(holdout_worlds)} windows)")
         log(table)
+        forecast_card: dict[str, Any] | None = None
+        if fitted:
+            fc_report = forecast_error(exp, eval_worlds, fitted)
+            fc_table = error_markdown(fc_report)
+            log(fc_table)
+            table += "\n" + fc_table
+            first = exp.scenarios[0]
+            forecast_card = {
+                "model": exp.forecast.model, "horizon_s": exp.forecast.horizon_s, "file": FORECASTER_FILE,
+                "params": exp.forecast.model_params(), "saved": first.name,
+                "fitted_on": {name: {"train_window_h": next(e.train_window_h for e in exp.scenarios
+                                                            if e.name == name),
+                                     "fit_range_s": getattr(f, "fit_range", None)} for name, f in fitted.items()},
+                "error": {"baseline": fc_report["baseline"], "step_s": fc_report["step_s"],
+                          "origins": fc_report["origins"], "mean": fc_report["mean"],
+                          "windows": {k: ({"origins": v["origins"], "mean_actual": v["mean_actual"],
+                                           "model": v["forecaster"], "baseline": v["baseline"]}
+                                          if v.get("origins") else {"origins": 0})
+                                      for k, v in fc_report["windows"].items()}},
+            }
+            if tracker is not None:
+                tracker.log_metrics(error_metrics(fc_report), step=int(model.num_timesteps))
         from rlsched.envs.codec import ObservationCodec
 
         codec = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
@@ -380,10 +420,16 @@ def train(
                         "holdout_relative": ho["relative"] if ho else None},
             "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
             "command": f"rlsched train {exp.source}",
+            "forecast": forecast_card,
         }
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
         PolicyModel.save(out, net, codec, card)
+        stale = out / FORECASTER_FILE
+        if fitted:
+            save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)
+        elif stale.exists():
+            stale.unlink()  # a model trained without a forecast must not be served with an old one
         (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
         log(f"wrote model folder {out}")
         run_id = version = None

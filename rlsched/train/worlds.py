@@ -24,10 +24,22 @@ from rlsched.workload.windows import take, window
 
 @dataclass(frozen=True)
 class World:
-    """A scenario window ready to simulate, with a label for reports."""
+    """A scenario window ready to simulate, with a label for reports.
+
+    ``entry`` / ``start_h`` / ``end_h`` / ``load`` say where the window was cut from
+    (the scenario entry's name, hours from the trace start, load factor). ``forecaster``
+    is a fitted demand forecaster on this world's clock (None: none runs); every replay
+    of the world gets a fresh copy of it (see :func:`rlsched.workload.forecast.fresh_forecaster`).
+    """
 
     label: str
     scenario: Scenario
+    entry: str = ""
+    start_h: float = 0.0
+    end_h: float = 0.0
+    load: float | None = None
+    forecaster: Any = None
+    forecast_horizon_s: float = 3600.0
 
 
 @lru_cache(maxsize=16)
@@ -86,7 +98,7 @@ def training_worlds(entries: tuple[ScenarioEntry, ...]) -> list[World]:
             cut = _cut(sc, a, b, None, lf)
             if len(cut.jobs) < 2:
                 raise ExperimentError(f"scenario {entry.name}: training window [{a}, {b}] h has {len(cut.jobs)} jobs")
-            worlds.append(World(f"{entry.name}/{label}/train", cut))
+            worlds.append(World(f"{entry.name}/{label}/train", cut, entry.name, a, b, lf))
     return worlds
 
 
@@ -106,7 +118,7 @@ def evaluation_worlds(entries: tuple[ScenarioEntry, ...], max_jobs: int) -> list
                 cut = _cut(sc, a, b, max_jobs, lf)
                 if len(cut.jobs) < 1:
                     raise ExperimentError(f"scenario {entry.name}: evaluation window [{a}, {b}] h has no jobs")
-                worlds.append(World(f"{entry.name}/{label}/eval[{a:g}-{b:g}h]", cut))
+                worlds.append(World(f"{entry.name}/{label}/eval[{a:g}-{b:g}h]", cut, entry.name, a, b, lf))
     return worlds
 
 
@@ -125,7 +137,8 @@ class MultiWorldEnv(gym.Env[dict[str, Any], np.int64]):
 
         if not worlds:
             raise ExperimentError("no training worlds")
-        self.envs = [GpuPoolEnv(w.scenario, **env_kwargs) for w in worlds]
+        self.envs = [GpuPoolEnv(w.scenario, forecaster=w.forecaster, forecast_horizon_s=w.forecast_horizon_s,
+                                **env_kwargs) for w in worlds]
         self.labels = [w.label for w in worlds]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space

@@ -139,6 +139,8 @@ class SeasonalNaive:
         self.season_s = season_s
         self._t: list[float] = []
         self._jobs: list[tuple[str, float, float]] = []  # (class, gpus, duration), parallel to _t
+        #: ``(first, last submission, GPU jobs)`` of the data given to :meth:`fit` (None before).
+        self.fit_range: tuple[float, float, int] | None = None
 
     def fit(self, jobs: Sequence[Job]) -> None:
         """Remember the training jobs as history (online state is reset)."""
@@ -146,6 +148,47 @@ class SeasonalNaive:
         self._jobs = []
         for job in sorted(jobs, key=lambda j: j.submit_time):
             self.observe(job)
+        self.fit_range = (self._t[0], self._t[-1], len(self._t)) if self._t else None
+
+    def shifted(self, offset_s: float = 0.0) -> SeasonalNaive:
+        """An independent copy whose clock runs ``offset_s`` behind: ``copy.predict(t) == self.predict(t + offset_s)``.
+
+        For replaying a window whose times were re-based (``offset_s`` = how far into
+        the fitting clock the window's time 0 lies). Online observations made so far
+        are copied too (call it on a freshly fitted or loaded forecaster).
+        """
+        out = SeasonalNaive(self.season_s)
+        out._t = [t - offset_s for t in self._t]
+        out._jobs = list(self._jobs)
+        if self.fit_range is not None:
+            a, b, n = self.fit_range
+            out.fit_range = (a - offset_s, b - offset_s, n)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready state (parameters and history); :func:`forecaster_from_dict` reads it back."""
+        return {
+            "model": "seasonal-naive", "season_s": self.season_s,
+            "fit_range": list(self.fit_range) if self.fit_range else None,
+            "t": list(self._t), "class": [c for c, _, _ in self._jobs],
+            "gpus": [g for _, g, _ in self._jobs], "duration": [d for _, _, d in self._jobs],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SeasonalNaive:
+        """Inverse of :meth:`to_dict` (ValueError on a malformed dict)."""
+        try:
+            out = cls(float(d["season_s"]))
+            t = [float(x) for x in d["t"]]
+            recs = [(str(c), float(g), float(u)) for c, g, u in zip(d["class"], d["gpus"], d["duration"], strict=True)]
+            if len(t) != len(recs) or any(c not in GPU_CLASSES for c, _, _ in recs):
+                raise ValueError("history columns disagree or name an unknown class")
+            fr = d.get("fit_range")
+            out.fit_range = (float(fr[0]), float(fr[1]), int(fr[2])) if fr else None
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a seasonal-naive forecaster: {exc}") from None
+        out._t, out._jobs = t, recs
+        return out
 
     def observe(self, job: Job) -> None:
         """Add one arrival to the history (in order; a late one is inserted in place)."""
@@ -274,6 +317,8 @@ class SmoothedSeasonal:
         self._mean_rate: dict[str, float] = {}
         self._dur: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._hcache: dict[float, dict[str, float]] = {}
+        #: ``(start, end, GPU jobs)`` of the span :meth:`fit` learned from (None before).
+        self.fit_range: tuple[float, float, int] | None = None
         self._reset_online()
 
     # --- fitting ----------------------------------------------------------------------
@@ -337,7 +382,68 @@ class SmoothedSeasonal:
         self._set_profile(TOTAL, total_rate, sum(self._mean_rate[c] for c in GPU_CLASSES))
         self._hcache = {}
         self._fitted = True
+        self.fit_range = (float(first), float(last), len(gjobs))
         self._reset_online()
+
+    # --- copies and persistence -------------------------------------------------------
+    _PARAMS = ("origin_epoch_s", "season", "tau_s", "prior_weight", "class_prior_weight", "level_floor",
+               "level_ceiling", "shrink_hours")
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments."""
+        return {k: getattr(self, k) for k in self._PARAMS}
+
+    def shifted(self, offset_s: float = 0.0) -> SmoothedSeasonal:
+        """A fresh copy (online level reset) whose clock runs ``offset_s`` behind.
+
+        ``copy.predict(t)`` uses the profile at ``t + offset_s`` of this one's clock:
+        for a replay whose times were re-based to a window start ``offset_s`` seconds
+        into the fitting clock. The fitted profile is shared read-only; the online
+        state is the copy's own, so copies can run in parallel engines.
+        """
+        self._need_fit()
+        out = SmoothedSeasonal(**{**self.params(), "origin_epoch_s": self.origin_epoch_s + offset_s})
+        out.period_s, out._nb, out._phase = self.period_s, self._nb, self._phase + offset_s
+        out._rate, out._cum, out._cycle = self._rate, self._cum, self._cycle
+        out._mean_rate, out._dur, out._hcache = self._mean_rate, self._dur, dict(self._hcache)
+        if self.fit_range is not None:
+            a, b, n = self.fit_range
+            out.fit_range = (a - offset_s, b - offset_s, n)
+        out._fitted = True
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fitted state; :func:`forecaster_from_dict` reads it back (online level not kept)."""
+        self._need_fit()
+        return {
+            "model": "smoothed-seasonal", "params": self.params(), "period_s": self.period_s, "phase_s": self._phase,
+            "fit_range": list(self.fit_range) if self.fit_range else None,
+            "rate": self._rate, "mean_rate": self._mean_rate,
+            "durations": {c: {"gpus": self._dur[c][0].tolist(), "duration": self._dur[c][1].tolist()}
+                          for c in GPU_CLASSES},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SmoothedSeasonal:
+        """Inverse of :meth:`to_dict` (ValueError on a malformed dict)."""
+        try:
+            out = cls(**{k: d["params"][k] for k in cls._PARAMS})
+            out.period_s = float(d["period_s"])
+            out._nb = int(out.period_s // HOUR_S)
+            out._phase = float(d["phase_s"])
+            for key in FORECAST_KEYS:
+                rate = np.array([float(x) for x in d["rate"][key]])
+                if len(rate) != out._nb:
+                    raise ValueError(f"profile {key!r} has {len(rate)} buckets, expected {out._nb}")
+                out._set_profile(key, rate, float(d["mean_rate"][key]))
+            out._dur = {c: (np.array(d["durations"][c]["gpus"], dtype=float),
+                            np.array(d["durations"][c]["duration"], dtype=float)) for c in GPU_CLASSES}
+            fr = d.get("fit_range")
+            out.fit_range = (float(fr[0]), float(fr[1]), int(fr[2])) if fr else None
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"not a smoothed-seasonal forecaster: missing or bad {exc}") from None
+        out._fitted = True
+        return out
 
     def _set_profile(self, key: str, rate: np.ndarray, mean: float) -> None:
         self._rate[key] = [float(r) for r in rate]
@@ -497,6 +603,51 @@ class SmoothedSeasonal:
             raise RuntimeError("SmoothedSeasonal.fit must be called before observe/predict")
 
 
+# --- persistence --------------------------------------------------------------------------
+#: Names accepted by :func:`make_forecaster` (and in experiment files).
+FORECASTER_MODELS: tuple[str, ...] = ("smoothed-seasonal", "seasonal-naive")
+
+
+def make_forecaster(model: str, **params: Any) -> SmoothedSeasonal | SeasonalNaive:
+    """An unfitted forecaster by name (``smoothed-seasonal`` or ``seasonal-naive``)."""
+    if model == "smoothed-seasonal":
+        return SmoothedSeasonal(**params)
+    if model == "seasonal-naive":
+        return SeasonalNaive(**params)
+    raise ValueError(f"unknown forecaster {model!r} (known: {', '.join(FORECASTER_MODELS)})")
+
+
+def fresh_forecaster(forecaster: DemandForecaster, offset_s: float = 0.0) -> DemandForecaster:
+    """An independent copy of a fitted forecaster for one replay, its clock ``offset_s`` behind.
+
+    Forecasters are stateful (``observe`` changes them), so every engine needs its own
+    copy: sharing one between replays would leak one episode's arrivals into the next.
+    ``offset_s`` is where the replay's time 0 lies on the clock the forecaster was
+    fitted on (re-based windows, day-shifted episodes); forecasters without a
+    ``shifted`` method are deep-copied and must be given ``offset_s == 0``.
+    """
+    shifted = getattr(forecaster, "shifted", None)
+    if shifted is not None:
+        return shifted(offset_s)
+    if offset_s:
+        raise ValueError(f"{type(forecaster).__name__} cannot shift its clock")
+    import copy
+
+    return copy.deepcopy(forecaster)
+
+
+def forecaster_from_dict(d: dict[str, Any]) -> SmoothedSeasonal | SeasonalNaive:
+    """A fitted forecaster from :meth:`SmoothedSeasonal.to_dict` / :meth:`SeasonalNaive.to_dict` output."""
+    if not isinstance(d, dict):
+        raise ValueError("a forecaster is a mapping")
+    model = d.get("model")
+    if model == "smoothed-seasonal":
+        return SmoothedSeasonal.from_dict(d)
+    if model == "seasonal-naive":
+        return SeasonalNaive.from_dict(d)
+    raise ValueError(f"unknown forecaster model {model!r} (known: {', '.join(FORECASTER_MODELS)})")
+
+
 # --- evaluation -------------------------------------------------------------------------
 def actual_demand(jobs: Sequence[Job], start: float, horizon_s: float) -> dict[str, float]:
     """The realised ``D_c(start, H)`` of ``jobs`` (the target every forecaster is scored on)."""
@@ -532,6 +683,7 @@ def evaluate(
     *,
     start: float | None = None,
     end: float | None = None,
+    fit: bool = True,
 ) -> dict[str, Any]:
     """Rolling-origin evaluation of ``forecaster`` against ``baseline``.
 
@@ -551,6 +703,9 @@ def evaluate(
         step_s: spacing of the origins (windows overlap when ``step_s < H``).
         start: first origin; default the first evaluation submission.
         end: end of the evaluation data; default the last evaluation submission.
+        fit: fit both on ``jobs_train`` first (default); False when both come fitted
+            (e.g. fresh copies of forecasters fitted elsewhere, their clocks already on
+            the evaluation jobs' clock; ``jobs_train`` is then ignored).
 
     Returns:
         ``{"horizon_s", "step_s", "origins", "mean_actual": {key: float},
@@ -570,8 +725,9 @@ def evaluate(
     ev = sorted(jobs_eval, key=lambda j: j.submit_time)
     if not ev:
         raise ValueError("no evaluation jobs")
-    forecaster.fit(jobs_train)
-    baseline.fit(jobs_train)
+    if fit:
+        forecaster.fit(jobs_train)
+        baseline.fit(jobs_train)
     t = ev[0].submit_time if start is None else start
     stop = ev[-1].submit_time if end is None else end
     times = [j.submit_time for j in ev]
@@ -633,6 +789,7 @@ def evaluate(
 
 __all__ = [
     "DAY_S",
+    "FORECASTER_MODELS",
     "FORECAST_KEYS",
     "GPU_CLASSES",
     "HOUR_S",
@@ -643,5 +800,8 @@ __all__ = [
     "SmoothedSeasonal",
     "actual_demand",
     "evaluate",
+    "forecaster_from_dict",
+    "fresh_forecaster",
     "gpu_class",
+    "make_forecaster",
 ]

@@ -50,6 +50,12 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("vec_env: threads\n", "subproc or dummy"),
         ("n_envs: 0\n", "n_envs must be >= 1"),
         ("ppo: {n_steps: 8, batch_size: 64}\nn_envs: 2\n", "batch_size"),
+        ("forecast: {horzon_s: 60}\n", "did you mean 'horizon_s'"),
+        ("forecast: {model: smoothed-seasonl}\n", "forecast.model must be one of"),
+        ("forecast: {model: smoothed-seasonal, season_s: 60}\n", "season_s do not apply"),
+        ("forecast: {model: seasonal-naive, tau_s: 60}\n", "tau_s do not apply"),
+        ("forecast: {horizon_s: 0}\n", "must be > 0"),
+        ("forecast: {tau_s: -1}\n", "tau_s must be > 0"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
@@ -75,3 +81,14 @@ def test_missing_scenario_file_and_bad_yaml(tmp_path: Path) -> None:
 def test_training_scenario_needs_a_window(tmp_path: Path) -> None:
     with pytest.raises(ExperimentError, match="needs train_window_h"):
         load_experiment(write(tmp_path, BASE.replace("    train_window_h: [0, 10]\n", "")))
+
+
+def test_forecast_block_defaults_and_off(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, BASE))
+    assert exp.forecast.model == "smoothed-seasonal" and exp.forecast.enabled
+    assert exp.forecast.horizon_s == 3600.0
+    assert exp.flat_params()["forecast.model"] == "smoothed-seasonal"
+    naive = load_experiment(write(tmp_path, BASE + "forecast: {model: seasonal-naive, season_s: 604800}\n"))
+    assert naive.forecast.model_params() == {"season_s": 604800}
+    off = load_experiment(write(tmp_path, BASE + "forecast: {model: none}\n"))
+    assert not off.forecast.enabled

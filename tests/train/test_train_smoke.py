@@ -47,6 +47,19 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
                                              "fgd", "fair-share", "spot-fallback"}
     assert card["metrics"]["holdout"] is not None
     assert (tmp_path / "model" / "MODEL_CARD.md").read_text().startswith("# Model card: smoke")
+    # the demand forecaster: fitted on the training window, saved, scored against seasonal-naive
+    assert (tmp_path / "model" / "forecaster.json").exists()
+    fc = card["forecast"]
+    assert fc["model"] == "smoothed-seasonal" and fc["file"] == "forecaster.json"
+    assert fc["fitted_on"]["bundled-default"]["fit_range_s"][1] <= 12 * 3600.0  # the training window [0, 12] h
+    assert fc["error"]["origins"] > 0 and {"mae", "rmse", "smape"} <= set(fc["error"]["mean"]["model"])
+    assert "Demand forecast on the evaluation windows" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert "Demand forecast on the evaluation windows" in proc.stdout
+    import mlflow
+
+    metrics = mlflow.MlflowClient(registry).get_run(card["mlflow"]["run_id"]).data.metrics
+    assert {"forecast/smoothed-seasonal/mae", "forecast/seasonal-naive/mae", "forecast/smoothed-seasonal/rmse"} \
+        <= set(metrics)
 
     out = tmp_path / "sim.json"
     sim = rl("simulate", "-q", "--max-jobs", "80", "--horizon", "43200", "-p", f"ppo:models:/{model_name}@challenger",
@@ -55,6 +68,7 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     results = json.loads(out.read_text())["results"]
     assert results[0]["policy"] == f"ppo:models:/{model_name}@challenger"
     assert results[0]["refused_decisions"] == 0
+    assert json.loads(out.read_text())["forecast"]["fitted_on"] == "bundled-default"  # the model's forecaster ran
 
     # --resume continues from the last checkpoint rather than starting over
     ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step-*.zip"))

@@ -280,3 +280,64 @@ def test_fits_and_scores_the_real_philly_slice(data_dir: Path) -> None:
     )
     assert res["origins"] > 0
     assert all(math.isfinite(v) for v in res["forecaster"][TOTAL].values())
+
+
+# --- persistence and copies ------------------------------------------------------------------------
+def test_smoothed_seasonal_json_round_trip_and_fresh_copies() -> None:
+    import json
+
+    from rlsched.workload.forecast import forecaster_from_dict, fresh_forecaster
+
+    train = _poisson(21, scale=1.0, start_day=0, seed=3)
+    f = SmoothedSeasonal(tau_s=6 * HOUR_S)
+    f.fit(train, start=0.0, end=21 * DAY_S)
+    assert f.fit_range == (0.0, 21 * DAY_S, len(train))
+    g = forecaster_from_dict(json.loads(json.dumps(f.to_dict())))
+    assert isinstance(g, SmoothedSeasonal) and g.params() == f.params() and g.fit_range == f.fit_range
+    online = _poisson(2, scale=1.5, start_day=21, seed=4)
+    for a, b in ((f, g), (fresh_forecaster(f), fresh_forecaster(g))):
+        for j in online:
+            a.observe(j)
+            b.observe(j)
+        for h in (HOUR_S, 6 * HOUR_S):
+            pa, pb = a.predict(23 * DAY_S + 100.0, h), b.predict(23 * DAY_S + 100.0, h)
+            assert pa == pytest.approx(pb, rel=1e-12)
+    # copies do not share online state: a fresh copy has not seen what ``f`` observed above
+    c = fresh_forecaster(f)
+    assert c.levels() != f.levels() or c._t is None
+    # a shifted copy predicts on a re-based clock
+    s = f.shifted(5 * DAY_S + 3 * HOUR_S)
+    ref = fresh_forecaster(f)
+    assert s.predict(0.0, HOUR_S) == pytest.approx(ref.predict(5 * DAY_S + 3 * HOUR_S, HOUR_S))
+    assert s.fit_range is not None and s.fit_range[0] == -(5 * DAY_S + 3 * HOUR_S)
+
+
+def test_seasonal_naive_json_round_trip_and_shift() -> None:
+    from rlsched.workload.forecast import forecaster_from_dict
+
+    train = _poisson(3, scale=1.0, start_day=0, seed=5)
+    f = SeasonalNaive(DAY_S)
+    f.fit(train)
+    g = forecaster_from_dict(f.to_dict())
+    assert isinstance(g, SeasonalNaive) and g.fit_range == f.fit_range
+    assert g.predict(3 * DAY_S + 10.0, HOUR_S) == f.predict(3 * DAY_S + 10.0, HOUR_S)
+    s = f.shifted(2 * DAY_S)
+    assert s.predict(DAY_S + 10.0, HOUR_S) == f.predict(3 * DAY_S + 10.0, HOUR_S)
+    with pytest.raises(ValueError, match="unknown forecaster model"):
+        forecaster_from_dict({"model": "prophet"})
+    with pytest.raises(ValueError, match="not a smoothed-seasonal"):
+        forecaster_from_dict({"model": "smoothed-seasonal", "params": {}})
+
+
+def test_evaluate_without_refitting_uses_the_given_state() -> None:
+    from rlsched.workload.forecast import fresh_forecaster
+
+    train, ev = _periodic(14), _periodic(3, start_day=14)
+    f = SmoothedSeasonal()
+    f.fit(train)
+    b = SeasonalNaive()
+    b.fit(train)
+    fitted = evaluate(fresh_forecaster(f), b.shifted(0.0), [], ev, HOUR_S, HOUR_S, fit=False)
+    refit = evaluate(SmoothedSeasonal(), SeasonalNaive(), train, ev, HOUR_S, HOUR_S)
+    assert fitted["forecaster"][TOTAL]["mae"] == pytest.approx(refit["forecaster"][TOTAL]["mae"])
+    assert fitted["baseline"][TOTAL]["mae"] == pytest.approx(refit["baseline"][TOTAL]["mae"])
