@@ -236,6 +236,11 @@ class LocalExecutor:
         rc = self.wait(job, 10.0)
         return rc if rc is not None else EXIT_LOST
 
+    def send_signal(self, job: Launched, sig: signal.Signals) -> None:
+        """Signal the job's process group without waiting (a scheduler loop must not block on a
+        grace period); a no-op once the leader is gone or its pid was recycled."""
+        self._signal_group(job, sig)
+
     def _signal_group(self, job: Launched, sig: signal.Signals) -> None:
         if proc_start_time(job.pid) != job.start_time:
             return

@@ -45,9 +45,9 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from typing import Any
 from rlsched.errors import RlschedError
 from rlsched.runtime.audit import AuditEvent, AuditRecord, dumps
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -149,6 +149,9 @@ class JobRecord:
     cancel_requested: bool
     reason: str
     idempotency_key: str | None
+    #: further request fields the job table has no column for (host CPUs, memory, pool, estimated
+    #: duration...), as given to :meth:`Store.submit` (schema version 2; empty for older rows).
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def to_job(self, submit_time: float | None = None, duration: float = 0.0) -> Any:
         """The :class:`~rlsched.cluster.job.Job` policies see for this record.
@@ -224,6 +227,7 @@ CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 
 _MIGRATIONS: dict[int, str] = {
     # version reached -> SQL that takes the previous version there
     1: _SCHEMA,
+    2: "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}';",
 }
 
 
@@ -448,6 +452,7 @@ class Store:
         preemptible: bool = False,
         deadline: float | None = None,
         idempotency_key: str | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> str:
         """Queue a job and return its id.
 
@@ -459,6 +464,10 @@ class Store:
         dropped the answer) returns the first submission's id instead of queueing
         the job twice; the same key with a different request raises
         :class:`IdempotencyConflictError`.
+
+        ``options`` (JSON-safe) keeps request fields the scheduler service needs
+        beyond the columns (``cpus``, ``memory_gib``, ``pool``...); they are part of
+        the request an idempotency key is compared against.
         """
         argv_t = [] if isinstance(argv, (str, bytes)) else list(argv)
         if not argv_t or not all(isinstance(a, str) for a in argv_t):
@@ -472,6 +481,9 @@ class Store:
         request = {"argv": argv_t, "gpus": gpus, "gpu_milli": gpu_milli, "mig_profile": mig_profile,
                    "gpu_models": sorted(gpu_models), "priority": priority, "user": user,
                    "preemptible": bool(preemptible), "deadline": deadline}
+        opts = json.loads(dumps(dict(options))) if options else {}
+        if opts:
+            request["options"] = opts
         now = self.clock()
         with self._tx() as conn:
             if idempotency_key is not None:
@@ -485,9 +497,10 @@ class Store:
             job_id = f"j-{uuid.uuid4().hex[:16]}"
             conn.execute(
                 "INSERT INTO jobs (id, idempotency_key, argv, num_gpus, gpu_milli, mig_profile, gpu_models, priority, "
-                "user, preemptible, deadline, state, submitted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "user, preemptible, deadline, state, submitted_at, options) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, idempotency_key, dumps(argv_t), gpus, gpu_milli, mig_profile, dumps(sorted(gpu_models)),
-                 priority, user, int(bool(preemptible)), deadline, JobState.QUEUED.value, now),
+                 priority, user, int(bool(preemptible)), deadline, JobState.QUEUED.value, now, dumps(opts)),
             )
             self._audit(conn, AuditRecord(AuditEvent.SUBMISSION, job=job_id, time=now,
                                           extra={k: v for k, v in request.items() if k != "argv"}))
@@ -661,9 +674,12 @@ def _devices(rec: JobRecord) -> tuple[str, ...]:
 
 
 def _request_of(rec: JobRecord) -> dict[str, Any]:
-    return {"argv": list(rec.argv), "gpus": rec.num_gpus, "gpu_milli": rec.gpu_milli, "mig_profile": rec.mig_profile,
-            "gpu_models": sorted(rec.gpu_models), "priority": rec.priority, "user": rec.user,
-            "preemptible": rec.preemptible, "deadline": rec.deadline}
+    out = {"argv": list(rec.argv), "gpus": rec.num_gpus, "gpu_milli": rec.gpu_milli, "mig_profile": rec.mig_profile,
+           "gpu_models": sorted(rec.gpu_models), "priority": rec.priority, "user": rec.user,
+           "preemptible": rec.preemptible, "deadline": rec.deadline}
+    if rec.options:
+        out["options"] = dict(rec.options)
+    return out
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
@@ -677,4 +693,5 @@ def _record(row: sqlite3.Row) -> JobRecord:
         allocation=Allocation.from_json(alloc) if alloc else None, pid=row["pid"], pid_start=row["pid_start"],
         log_path=row["log_path"], cancel_requested=bool(row["cancel_requested"]), reason=row["reason"],
         idempotency_key=row["idempotency_key"],
+        options=json.loads(row["options"] or "{}"),
     )

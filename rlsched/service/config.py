@@ -1,0 +1,83 @@
+"""Configuration of the scheduler service (what ``rlsched serve`` passes in)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def default_state_dir(spec_path: Path) -> Path:
+    """Where a service keeps its store and job logs: ``<spec dir>/.rlsched-service/<spec stem>``.
+
+    Beside the spec (like ``plan``'s state file), one folder per spec, so two
+    services for two specs in one directory never share a database.
+    """
+    spec_path = Path(spec_path)
+    base = spec_path if spec_path.is_dir() else spec_path.parent
+    stem = spec_path.name if spec_path.is_dir() else spec_path.stem
+    return base / ".rlsched-service" / stem
+
+
+@dataclass
+class ServiceConfig:
+    """Everything a :class:`~rlsched.service.service.SchedulerService` is built from.
+
+    Attributes:
+        spec_paths: the pool spec files (or folders of ``*.hcl``).
+        state_dir: store (``jobs.db``) and job logs (``logs/``).
+        backend: ``nvml`` or ``sim:PATH.json``; None reads ``$RLSCHED_BACKEND``.
+        variables: spec variables (as ``--var NAME=VALUE`` would set them).
+        policy: which ``policy`` block to serve; default the only one, else ``default``.
+        fallback_only: serve the block's fallback heuristic alone (no model is loaded).
+        shadow: the primary only advises (audited); the fallback heuristic acts.
+        tick_s: control-loop period.
+        grace_s: SIGTERM -> SIGKILL delay when a job is cancelled or preempted.
+        max_decision_latency_s: overrides the policy's ``health.max_decision_latency``.
+    """
+
+    spec_paths: list[Path]
+    state_dir: Path
+    backend: str | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
+    policy: str | None = None
+    fallback_only: bool = False
+    shadow: bool = False
+    tick_s: float = 0.25
+    grace_s: float = 10.0
+    max_decision_latency_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self.spec_paths = [Path(p) for p in ([self.spec_paths] if isinstance(self.spec_paths, (str, Path))
+                                             else self.spec_paths)]
+        self.state_dir = Path(self.state_dir)
+        if not self.spec_paths:
+            raise ValueError("ServiceConfig needs at least one spec path")
+        if self.tick_s <= 0 or self.grace_s < 0:
+            raise ValueError("tick_s must be > 0 and grace_s >= 0")
+        if self.max_decision_latency_s is not None and self.max_decision_latency_s <= 0:
+            raise ValueError("max_decision_latency_s must be > 0")
+        if self.fallback_only and self.shadow:
+            raise ValueError("fallback_only and shadow exclude each other")
+
+    def var_args(self) -> list[str]:
+        """``variables`` as ``NAME=VALUE`` strings for :func:`rlsched.spec.load_spec` (HCL literals)."""
+        out = []
+        for name, value in self.variables.items():
+            if isinstance(value, str):
+                text = value
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            else:
+                text = json.dumps(value)
+            out.append(f"{name}={text}")
+        return out
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "jobs.db"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"

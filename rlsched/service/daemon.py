@@ -1,0 +1,372 @@
+"""Running the scheduler service: in the foreground (``rlsched serve``) or detached (``rlsched apply``).
+
+``serve`` starts the :class:`~rlsched.service.service.SchedulerService`, binds the
+listening socket itself (so "address in use" is a one-line error and
+``--listen 127.0.0.1:0`` picks a free port), runs uvicorn on it, and writes
+``<state_dir>/server.json`` (pid, url, start time, spec) atomically once the port
+answers. SIGTERM and SIGINT stop it gracefully: uvicorn finishes the requests in
+flight, the scheduling loop stops, ``server.json`` is removed, and the exit
+status is 0. Job processes are left running; the next service re-adopts them.
+
+A service that dies without cleaning up (``kill -9``, power loss) leaves a stale
+``server.json``; :func:`find_running` checks that the pid is alive *and* that
+``/healthz`` answers with that pid before believing it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlsched.errors import RlschedError
+from rlsched.service.client import DEFAULT_LISTEN, SERVER_FILE, Client, ServiceError, read_server_info
+
+if TYPE_CHECKING:
+    from rlsched.service.config import ServiceConfig
+
+log = logging.getLogger("rlsched.service")
+
+#: Log file of a detached service, inside its state dir.
+SERVICE_LOG = "service.log"
+
+
+class DaemonError(RlschedError):
+    """The service could not be started (or found)."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What ``server.json`` says about a running service."""
+
+    pid: int
+    url: str
+    started_at: float
+    state_dir: str
+    spec: list[str] = field(default_factory=list)
+    listen: str = ""
+    version: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ServerInfo:
+        return cls(pid=int(d["pid"]), url=str(d["url"]), started_at=float(d.get("started_at", 0.0)),
+                   state_dir=str(d.get("state_dir", "")), spec=[str(s) for s in d.get("spec", [])],
+                   listen=str(d.get("listen", "")), version=str(d.get("version", "")))
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``PORT`` -> (host, port); host defaults to 127.0.0.1."""
+    s = listen.strip()
+    if not s:
+        raise DaemonError("--listen is empty; expected HOST:PORT, e.g. 127.0.0.1:8470")
+    if s.isdigit():
+        host, port_s = "127.0.0.1", s
+    elif s.startswith("["):
+        end = s.find("]")
+        if end < 0 or not s[end + 1:].startswith(":"):
+            raise DaemonError(f"--listen {listen!r}: expected [IPV6]:PORT")
+        host, port_s = s[1:end], s[end + 2:]
+    else:
+        host, sep, port_s = s.rpartition(":")
+        if not sep or ":" in host:
+            raise DaemonError(f"--listen {listen!r}: expected HOST:PORT (IPv6 as [ADDR]:PORT)")
+    if not port_s.isdigit() or not 0 <= int(port_s) <= 65535:
+        raise DaemonError(f"--listen {listen!r}: port must be a number from 0 to 65535")
+    return host or "127.0.0.1", int(port_s)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket, or a one-line :class:`DaemonError` (address in use, not local, ...)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise DaemonError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        hint = " (another rlsched service? pick another --listen port)" if exc.errno == 98 else ""
+        raise DaemonError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+# --------------------------------------------------------------------------- server.json
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours counts as dead
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rpartition(")")[2].split()[0] == "Z":
+            return False
+    return True
+
+
+def find_running(state_dir: Path, *, timeout: float = 2.0) -> ServerInfo | None:
+    """The service of ``state_dir`` if its ``server.json`` names a live process whose ``/healthz`` answers."""
+    raw = read_server_info(Path(state_dir))
+    if raw is None:
+        return None
+    try:
+        info = ServerInfo.from_json(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not pid_alive(info.pid):
+        return None
+    try:
+        health = Client(info.url, token="-", timeout=timeout).health()
+    except ServiceError:
+        return None
+    if health.get("pid") not in (None, info.pid):
+        return None
+    return info
+
+
+# --------------------------------------------------------------------------- foreground
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        """uvicorn.Server that exits normally on SIGTERM/SIGINT instead of re-raising the signal."""
+
+        on_started: Any = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.on_started is not None and not self.should_exit:
+                self.on_started()
+
+    return _Server
+
+
+def serve(config: ServiceConfig, listen: str = DEFAULT_LISTEN, *, log_level: str = "info",
+          access_log: bool = False, announce: Any = None) -> int:
+    """Run the service in the foreground until SIGTERM/SIGINT; returns the exit status (0 = clean stop).
+
+    Args:
+        config: what to serve.
+        listen: ``HOST:PORT``; a non-loopback host is allowed (it was asked for) but warned about.
+        log_level: uvicorn/rlsched log level.
+        access_log: log every HTTP request.
+        announce: called with the :class:`ServerInfo` once the port answers (the CLI prints it).
+    """
+    import uvicorn
+
+    from rlsched.service.api import create_app
+    from rlsched.service.auth import ensure_token
+    from rlsched.service.service import SchedulerService
+
+    host, port = parse_listen(listen)
+    state_dir = Path(config.state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback(host):
+        log.warning("listening on %s, which is not a loopback address: anyone who can reach it and has the token "
+                    "can submit jobs; put TLS in front of it (a reverse proxy) on untrusted networks", host)
+    running = find_running(state_dir)
+    if running is not None:
+        raise DaemonError(f"a service for state dir {state_dir} already runs (pid {running.pid}, {running.url}); "
+                          "stop it first, or use `rlsched apply` to reload it")
+    sock = bind(host, port)
+    actual_port = sock.getsockname()[1]
+    url = _url(host, actual_port)
+    token = ensure_token(state_dir)
+    service = SchedulerService(config)
+    try:
+        service.start()
+    except BaseException:
+        sock.close()
+        raise
+    server_file = state_dir / SERVER_FILE
+    info = ServerInfo(pid=os.getpid(), url=url, started_at=time.time(), state_dir=str(state_dir),
+                      spec=[str(Path(p).resolve()) for p in config.spec_paths], listen=f"{host}:{actual_port}",
+                      version=_version())
+    try:
+        app = create_app(service, token, state_dir=state_dir)
+        uconfig = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log, lifespan="off",
+                                 timeout_graceful_shutdown=5, server_header=False, proxy_headers=False)
+        server = _server_class()(uconfig)
+
+        def started() -> None:
+            _write_json_atomic(server_file, info.to_json())
+            log.info("rlsched service %s ready at %s (state dir %s)", info.version, url, state_dir)
+            if announce is not None:
+                announce(info)
+
+        server.on_started = started
+        server.run(sockets=[sock])
+    finally:
+        with contextlib.suppress(OSError):
+            current = read_server_info(state_dir)
+            if current is not None and current.get("pid") == os.getpid():
+                server_file.unlink()
+        sock.close()
+        log.info("stopping the scheduler loop (job processes keep running)")
+        service.stop()
+    return 0
+
+
+def _version() -> str:
+    import rlsched
+
+    return rlsched.__version__
+
+
+# --------------------------------------------------------------------------- detached
+
+
+def serve_argv(config: ServiceConfig, listen: str) -> list[str]:
+    """The ``rlsched serve`` command line reproducing ``config``."""
+    argv = [sys.executable, "-m", "rlsched", "serve", *[str(Path(p).resolve()) for p in config.spec_paths],
+            "--state-dir", str(Path(config.state_dir).resolve()), "--listen", listen]
+    if config.backend:
+        argv += ["--backend", config.backend]
+    for arg in config.var_args():
+        argv += ["--var", arg]
+    if config.policy:
+        argv += ["--policy", config.policy]
+    if config.fallback_only:
+        argv.append("--fallback-only")
+    if config.shadow:
+        argv.append("--shadow")
+    if config.max_decision_latency_s is not None:
+        argv += ["--max-decision-latency-ms", f"{config.max_decision_latency_s * 1000:g}"]
+    if config.tick_s != 0.25:
+        argv += ["--tick-ms", f"{config.tick_s * 1000:g}"]
+    if config.grace_s != 10.0:
+        argv += ["--grace", f"{config.grace_s:g}"]
+    return argv
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail)
+
+
+def start_detached(config: ServiceConfig, listen: str = DEFAULT_LISTEN, log_file: Path | None = None, *,
+                   timeout: float = 60.0, env: dict[str, str] | None = None) -> ServerInfo:
+    """Start ``rlsched serve`` in the background (own session, output to ``service.log``) and wait until it answers.
+
+    Raises:
+        DaemonError: it exited or did not answer within ``timeout`` seconds (the
+            message quotes the end of its log).
+    """
+    state_dir = Path(config.state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    running = find_running(state_dir)
+    if running is not None:
+        return running
+    log_path = Path(log_file) if log_file is not None else state_dir / SERVICE_LOG
+    argv = serve_argv(config, listen)
+    with open(log_path, "ab") as out:
+        out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True, env=env, cwd=str(state_dir))
+    deadline = time.monotonic() + timeout
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise DaemonError(f"the rlsched service exited with status {code} while starting: "
+                              f"{_log_tail(log_path) or 'no output'} (log: {log_path})")
+        raw = read_server_info(state_dir)
+        if raw is not None and raw.get("pid") == proc.pid:
+            info = find_running(state_dir)
+            if info is not None:
+                return info
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            raise DaemonError(f"the rlsched service did not answer within {timeout:g} s: "
+                              f"{_log_tail(log_path) or 'no output'} (log: {log_path})")
+        time.sleep(0.1)
+
+
+def stop_running(state_dir: Path, *, timeout: float = 15.0) -> ServerInfo | None:
+    """SIGTERM the service of ``state_dir`` and wait for it to exit; returns what ran (None if nothing did)."""
+    info = find_running(state_dir)
+    if info is None:
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(info.pid):
+        if time.monotonic() > deadline:
+            raise DaemonError(f"the service (pid {info.pid}) did not stop within {timeout:g} s")
+        time.sleep(0.05)
+    return info

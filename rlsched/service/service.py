@@ -1,0 +1,1057 @@
+"""The scheduler service: queue, control loop, launches, recovery.
+
+:class:`SchedulerService` is the object ``rlsched serve`` runs (the HTTP API and the
+CLI are thin layers over it). Each loop iteration (:meth:`SchedulerService.tick`):
+
+1. polls job processes: a finished process finishes its job (done / failed /
+   cancelled); a preempted one that stopped goes back to the queue; a stop that
+   outlived ``grace_s`` is escalated from SIGTERM to SIGKILL;
+2. refreshes inventory, GPU health events and telemetry from the backend;
+3. builds the live :class:`~rlsched.cluster.model.ClusterState` from inventory +
+   store (:mod:`rlsched.service.view`), holds back queued jobs that are over
+   their quota (:mod:`rlsched.service.quotas`), and stops jobs on unhealthy GPUs;
+4. runs the guarded scheduler (the spec's policy behind
+   :class:`~rlsched.runtime.guard.FallbackScheduler`) when something changed, and
+   applies each decision after the feasibility check: a placement is committed
+   with ``Store.mark_running`` BEFORE its process is launched (exactly-once: a
+   crash in between leaves a running job without a pid, which recovery resolves
+   by finding the wrapper process or requeueing - never by launching twice);
+   preemptions signal the job and keep its GPUs held until it exits;
+5. updates the metrics.
+
+Nothing about allocations lives only in memory: the SQLite store is the source
+of truth, each state change is one transaction there, and a ``kill -9`` of the
+service at any instant is repaired by :meth:`SchedulerService.recover`, which
+re-adopts live processes (pid + start time), records exits that happened while
+the service was down (exit files written by the wrapper) and requeues jobs whose
+process vanished without one. Job processes run in their own sessions and
+survive the service.
+
+MIG reconfiguration and elastic scaling are plan/apply's business: decisions of
+those kinds are recorded as not applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
+from rlsched.cluster.feasibility import fits_pool_spec, pool_candidates, profile_for, unschedulable_reason
+from rlsched.cluster.model import PoolSpec, RunState, Sharing
+from rlsched.errors import RlschedError
+from rlsched.policies.base import Scheduler, make_policy
+from rlsched.runtime.audit import AuditEvent, AuditRecord, decision_summary
+from rlsched.runtime.backend import GpuBackend, NodeInfo
+from rlsched.runtime.executor import EXIT_LOST, EXIT_NOT_EXECUTABLE, Launched, LocalExecutor, proc_start_time
+from rlsched.runtime.guard import FallbackScheduler, GuardConfig, illegal_reason
+from rlsched.runtime.select import get_backend
+from rlsched.runtime.store import (
+    IdempotencyConflictError,
+    InvalidTransitionError,
+    JobRecord,
+    JobState,
+    Store,
+    StoreError,
+    UnknownJobError,
+)
+from rlsched.service.config import ServiceConfig
+from rlsched.service.metrics import ServiceMetrics
+from rlsched.service.quotas import Ask, Holding, admission_problem, blocking
+from rlsched.service.view import LiveView, build_view, job_of
+from rlsched.spec.model import PolicyDecl, Spec, SpecError
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["AdmissionError", "SchedulerService", "ServiceError", "SpecError", "SubmitRequest", "UnknownJobError"]
+
+#: Re-run the policy at least this often even when nothing changed (time-dependent policies, model retry).
+RESCHEDULE_S = 30.0
+#: Read backend telemetry at most this often.
+TELEMETRY_S = 2.0
+#: Decisions applied per loop iteration at most (a runaway policy cannot stall the loop).
+MAX_DECISIONS_PER_TICK = 2000
+#: The same loop error is audited at most once per this many seconds.
+ERROR_AUDIT_S = 60.0
+_DEFAULT_POLICY = PolicyDecl(name="default", scheduler="weighted-priority", fallback="weighted-priority")
+
+
+class ServiceError(RlschedError):
+    """The service cannot do what was asked (bad policy name, no backend...)."""
+
+
+class AdmissionError(RlschedError):
+    """A submission was refused; the message is one line for the user.
+
+    ``kind`` tells the API which status to answer: ``"invalid"`` (a bad request:
+    422/400), ``"quota"`` (can never fit a quota: 403), ``"conflict"`` (an
+    idempotency key reused for another request: 409).
+    """
+
+    def __init__(self, message: str, *, kind: str = "invalid") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class SubmitRequest:
+    """What a user submits: an argv and either ``gpus`` whole GPUs or one ``mig`` instance.
+
+    ``cwd`` (an addition) is the job's working directory (default: the service's).
+    """
+
+    argv: list[str]
+    gpus: int | None = None
+    mig: str | None = None
+    priority: int = 0
+    user: str = "anonymous"
+    preemptible: bool = False
+    deadline: float | None = None
+    cpus: float | None = None
+    memory_gib: float | None = None
+    pool: str | None = None
+    estimated_duration_s: float | None = None
+    idempotency_key: str | None = None
+    cwd: str | None = None
+
+
+def _exit_reason(rc: int) -> str:
+    if rc == 0:
+        return ""
+    if rc == EXIT_LOST:
+        return "process vanished without an exit status"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit status {rc}"
+
+
+class SchedulerService:
+    """The scheduler service (see the module doc); thread-safe.
+
+    Args:
+        config: what to serve and where to keep state.
+        clock: wall-clock source (store timestamps, the cluster's time).
+        local_hostname: what ``localhost`` in a pool's nodes means (default: this host's name).
+
+    Raises:
+        SpecError: the spec does not load.
+        BackendError: no usable backend.
+        ServiceError: the named policy block does not exist.
+    """
+
+    def __init__(self, config: ServiceConfig, *, clock: Callable[[], float] = time.time,
+                 local_hostname: str | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.local_hostname = local_hostname
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics = ServiceMetrics()
+        self.registry = self.metrics.registry
+        self._lock = threading.RLock()
+        self.backend: GpuBackend = get_backend(config.backend)
+        self._spec, self._policy = self._load_spec(config.spec_paths, config.policy)
+        self.store = Store(config.db_path, clock=clock)
+        self.executor = LocalExecutor(config.log_dir)
+        self._sched: Scheduler
+        self._guard: FallbackScheduler | None
+        self._sched, self._guard = self._build_scheduler(self._policy)
+        self._needs_reset = True
+        self._handles: dict[str, Launched] = {}
+        #: job id -> monotonic time after which SIGKILL follows the SIGTERM already sent.
+        self._stopping: dict[str, float] = {}
+        self._killed: set[str] = set()
+        self._inventory: list[NodeInfo] = []
+        self._inventory_ok = False
+        self._health_events: dict[str, str] = {}
+        self._view: LiveView | None = None
+        self._quota_held: dict[str, str] = {}
+        #: quota refusals of the last policy pass (a placement the policy chose in a pool over quota).
+        self._quota_blocked: dict[str, str] = {}
+        self._signature: Any = None
+        self._next_decide = 0.0
+        self._noted: set[tuple[str, ...]] = set()
+        self._next_telemetry = 0.0
+        self._error_audited: dict[str, float] = {}
+        self._last_tick: float | None = None
+        self.recovered: dict[str, int] = {"adopted": 0, "finished": 0, "requeued": 0}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    # ================================================================== configuration
+    def _load_spec(self, paths: list[Path], policy: str | None) -> tuple[Spec, PolicyDecl]:
+        from rlsched.spec.loader import load_spec
+
+        spec = load_spec([Path(p) for p in paths], var_args=self.config.var_args())
+        if policy is not None:
+            if policy not in spec.policies:
+                known = ", ".join(sorted(spec.policies)) or "none"
+                raise ServiceError(f"the spec has no policy block {policy!r} (declared: {known})")
+            return spec, spec.policies[policy]
+        if len(spec.policies) == 1:
+            return spec, next(iter(spec.policies.values()))
+        if "default" in spec.policies:
+            return spec, spec.policies["default"]
+        if spec.policies:
+            known = ", ".join(sorted(spec.policies))
+            raise ServiceError(f"the spec declares several policy blocks ({known}); choose one")
+        return spec, _DEFAULT_POLICY
+
+    def _model_ref(self, model: str) -> str:
+        if model.startswith("models:/") or Path(model).is_absolute():
+            return model
+        for base in self.config.spec_paths:
+            root = base if base.is_dir() else base.parent
+            cand = root / model
+            if cand.exists():
+                return str(cand)
+        return model
+
+    @staticmethod
+    def _heuristic(name: str, weights: dict[str, float]) -> Scheduler:
+        params: dict[str, Any] = {}
+        if name == "weighted-priority":
+            if "priority" in weights:
+                params["w_priority"] = float(weights["priority"])
+            if "wait" in weights:
+                params["w_wait"] = float(weights["wait"])
+        sched = make_policy(name, **params)
+        if hasattr(sched, "mig_reconfigure"):
+            # MIG layouts are the spec's (plan/apply); the live service never re-splits a GPU.
+            sched.mig_reconfigure = False
+        return sched
+
+    def _build_scheduler(self, decl: PolicyDecl) -> tuple[Scheduler, FallbackScheduler | None]:
+        fallback = self._heuristic(decl.fallback, decl.weights)
+        if self.config.fallback_only:
+            return fallback, None
+        budget = self.config.max_decision_latency_s or decl.health.max_decision_latency_s
+        guard_cfg = GuardConfig(latency_budget_s=budget, shadow=self.config.shadow)
+        primary: Scheduler | Callable[[], Scheduler]
+        if decl.scheduler == "rl":
+            ref = self._model_ref(decl.model or "")
+            label = f"rl:{decl.model}"
+
+            def load() -> Scheduler:
+                from rlsched.policies.ppo import make_ppo_policy  # torch only when a model is served
+
+                return make_ppo_policy(ref, name=label)
+
+            primary = load
+        else:
+            primary = self._heuristic(decl.scheduler, decl.weights)
+            label = decl.scheduler
+        guard = FallbackScheduler(primary, fallback, guard_cfg, audit=self.store.audit_sink(),
+                                  name=f"guarded:{label}>{fallback.name}")
+        return guard, guard
+
+    @property
+    def mode(self) -> str:
+        if self.config.fallback_only:
+            return "fallback-only"
+        return "shadow" if self.config.shadow else "policy"
+
+    def _policy_label(self) -> str:
+        return self._policy.fallback if self._guard is None else str(self._sched.name)
+
+    # ================================================================== life
+    def start(self) -> None:
+        """Recover, then run the control loop in a daemon thread (idempotent)."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self.recover()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="rlsched-scheduler", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            self._wake.wait(self.config.tick_s)
+            self._wake.clear()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop; job processes keep running (a restarted service adopts them)."""
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+        self._thread = None
+
+    def close(self) -> None:
+        """Stop the loop and close the store (job processes keep running)."""
+        self.stop()
+        self.store.close()
+
+    @property
+    def running_loop(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ================================================================== processes
+    def _exit_files(self, job_id: str) -> list[Path]:
+        files = []
+        for p in self.executor.log_dir.glob(f"{job_id}.*.exit.json"):
+            nonce = p.name[len(job_id) + 1:-len(".exit.json")]
+            if nonce.isdigit():
+                files.append((int(nonce), p))
+        return [p for _, p in sorted(files)]
+
+    def _consume_exit_files(self, job_id: str) -> None:
+        for p in self._exit_files(job_id):
+            with contextlib.suppress(OSError):
+                p.rename(p.with_name(p.name + ".seen"))
+
+    def _recorded_exit(self, job_id: str) -> int | None:
+        from rlsched.runtime.executor import read_exit_file
+
+        files = self._exit_files(job_id)
+        return read_exit_file(files[-1]) if files else None
+
+    def _find_wrapper(self, job_id: str) -> Launched | None:
+        """A live wrapper process of ``job_id`` (for a job marked running whose pid was never stored)."""
+        prefix = str(self.executor.log_dir / f"{job_id}.").encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"rlsched.runtime.executor" not in b" ".join(args) or b"--wrap" not in args:
+                continue
+            i = args.index(b"--wrap")
+            if i + 1 < len(args) and args[i + 1].startswith(prefix) and args[i + 1].endswith(b".exit.json"):
+                pid = int(entry)
+                start = proc_start_time(pid)
+                if start is not None:
+                    return self.executor.adopt(pid, start, None, job_id)
+        return None
+
+    def _handle(self, rec: JobRecord) -> Launched | None:
+        """The live process of a running/preempted job, adopting it after a restart; None if it is gone."""
+        h = self._handles.get(rec.id)
+        if h is not None and (rec.pid is None or h.pid == rec.pid):
+            return h
+        if rec.pid is not None and rec.pid_start is not None:
+            h = self.executor.adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path)
+        else:
+            h = self._find_wrapper(rec.id)
+            if h is not None:
+                with contextlib.suppress(StoreError):
+                    self.store.set_process(rec.id, h.pid, h.start_time, str(h.log_path))
+        if h is not None:
+            self._handles[rec.id] = h
+        return h
+
+    def _ensure_stopping(self, rec: JobRecord, h: Launched) -> None:
+        """SIGTERM once; SIGKILL after ``grace_s`` (never blocks)."""
+        now = time.monotonic()
+        deadline = self._stopping.get(rec.id)
+        if deadline is None:
+            self.executor.send_signal(h, signal.SIGTERM)
+            self._stopping[rec.id] = now + self.config.grace_s
+        elif now >= deadline and rec.id not in self._killed:
+            self.executor.send_signal(h, signal.SIGKILL)
+            self._killed.add(rec.id)
+
+    def _settle(self, rec: JobRecord, rc: int | None) -> None:
+        """Record the end of a job's process (``rc`` None: gone without an exit status)."""
+        if rec.state is JobState.PREEMPTED and not rec.cancel_requested:
+            self.store.requeue(rec.id, rec.reason or "preempted")
+            self._count_recovery("requeued")
+        elif rc is None or rc == EXIT_LOST:
+            # Gone without an exit status (the wrapper was killed, or died with the machine): run it again
+            # (or, if a cancel was pending, it ends cancelled).
+            self.store.requeue(rec.id, "process vanished without an exit status")
+            self._count_recovery("requeued")
+        else:
+            self.store.mark_finished(rec.id, rc, _exit_reason(rc))
+            self._count_recovery("finished")
+        self._consume_exit_files(rec.id)
+        self._handles.pop(rec.id, None)
+        self._stopping.pop(rec.id, None)
+        self._killed.discard(rec.id)
+
+    _recovering = False
+
+    def _count_recovery(self, what: str) -> None:
+        if self._recovering:
+            self.recovered[what] += 1
+
+    def _poll_processes(self) -> None:
+        for rec in self.store.holding():
+            try:
+                h = self._handle(rec)
+                if h is None:
+                    self._settle(rec, self._recorded_exit(rec.id))
+                    continue
+                rc = self.executor.poll(h)
+                if rc is None:
+                    if rec.cancel_requested or rec.state is JobState.PREEMPTED:
+                        self._ensure_stopping(rec, h)
+                    continue
+                if rc == EXIT_LOST:
+                    recorded = self._recorded_exit(rec.id)
+                    rc = recorded if recorded is not None else rc
+                self._settle(rec, rc)
+            except (InvalidTransitionError, UnknownJobError):
+                continue  # changed under us (a cancel); the next iteration sees the new state
+
+    def recover(self) -> None:
+        """Repair the store's picture after a restart (see the module doc); safe to call twice."""
+        with self._lock:
+            self._recovering = True
+            try:
+                for rec in self.store.holding():
+                    try:
+                        h = self._handle(rec)
+                        rc = self.executor.poll(h) if h is not None else None
+                        if h is not None and rc is None:
+                            self.recovered["adopted"] += 1
+                            _log.info("adopted job %s (pid %s)", rec.id, h.pid)
+                            if rec.state is JobState.PREEMPTED or rec.cancel_requested:
+                                self._ensure_stopping(rec, h)
+                            continue
+                        if rc is None or rc == EXIT_LOST:
+                            recorded = self._recorded_exit(rec.id)
+                            rc = recorded if recorded is not None else rc
+                        self._settle(rec, rc)
+                    except (InvalidTransitionError, UnknownJobError):
+                        continue
+            finally:
+                self._recovering = False
+            self._signature = None
+
+    # ================================================================== the loop
+    def tick(self) -> None:
+        """One loop iteration (see the module doc); never raises."""
+        with self._lock:
+            self.metrics.ticks.inc()
+            for stage, step in (("processes", self._poll_processes), ("inventory", self._refresh_inventory),
+                                ("schedule", self._schedule), ("metrics", self._update_metrics)):
+                try:
+                    step()
+                except Exception as exc:
+                    self._loop_error(stage, exc)
+            self._last_tick = self.clock()
+            self.metrics.last_tick.set(self._last_tick)
+
+    def _loop_error(self, stage: str, exc: BaseException) -> None:
+        _log.exception("scheduler loop: %s failed", stage)
+        self.metrics.loop_errors.labels(stage=stage).inc()
+        key = f"{stage}:{type(exc).__name__}:{exc}"
+        now = time.monotonic()
+        if now < self._error_audited.get(key, -1e18) + ERROR_AUDIT_S:
+            return
+        self._error_audited[key] = now
+        try:
+            self.store.append_audit(AuditEvent.FALLBACK, policy=self._policy.fallback, reason=f"loop-error:{stage}",
+                                    extra={"detail": f"{type(exc).__name__}: {exc}"})
+        except Exception:
+            self.metrics.audit_errors.inc()
+            _log.exception("could not audit a loop error")
+
+    def _refresh_inventory(self) -> None:
+        try:
+            self._inventory = list(self.backend.inventory())
+            self._inventory_ok = True
+        except Exception as exc:  # keep the last inventory: one bad read must not empty the cluster
+            self._loop_error("inventory", exc)
+        events = getattr(self.backend, "health_events", None)
+        if callable(events):
+            try:
+                for uuid, reason in events():
+                    if uuid not in self._health_events:
+                        _log.warning("GPU %s closed by a health event: %s", uuid, reason)
+                        self._health_events[str(uuid)] = str(reason)
+            except Exception as exc:
+                self._loop_error("health", exc)
+        telemetry = getattr(self.backend, "telemetry", None)
+        now = time.monotonic()
+        if callable(telemetry) and now >= self._next_telemetry:
+            self._next_telemetry = now + TELEMETRY_S
+            try:
+                self.metrics.set_telemetry(telemetry())
+            except Exception as exc:
+                self._loop_error("telemetry", exc)
+
+    def _build_view(self) -> LiveView:
+        return build_view(self._spec, self._inventory, self.store.holding(), self.store.queued(), self.clock(),
+                          health_events=self._health_events, local_hostname=self.local_hostname)
+
+    def _current_view(self) -> LiveView:
+        if self._view is None:
+            if not self._inventory_ok:
+                with contextlib.suppress(Exception):
+                    self._inventory = list(self.backend.inventory())
+                    self._inventory_ok = True
+            self._view = self._build_view()
+        return self._view
+
+    # ------------------------------------------------------------------ quotas
+    def _ask(self, rec: JobRecord, spec: PoolSpec) -> Ask:
+        est = (rec.options or {}).get("estimated_duration_s")
+        est_f = float(est) if est else None
+        if spec.sharing is Sharing.MIG:
+            prof = profile_for(spec.model, rec.num_gpus, rec.gpu_milli)
+            name = prof.name if prof is not None else rec.mig_profile
+            share = prof.fraction if prof is not None else rec.gpu_milli / 1000
+            return Ask(rec.user, spec.name, 0, name, share, est_f)
+        share = rec.gpu_milli / 1000 if rec.num_gpus == 1 and rec.gpu_milli < 1000 else float(rec.num_gpus)
+        return Ask(rec.user, spec.name, rec.num_gpus, None, share, est_f)
+
+    def _holding_of(self, rec: JobRecord, pools: dict[str, PoolSpec]) -> Holding | None:
+        alloc = rec.allocation
+        if alloc is None:
+            return None
+        spec = pools.get(alloc.pool)
+        profile = None
+        if alloc.slice_start is not None:
+            prof = profile_for(spec.model, rec.num_gpus, rec.gpu_milli) if spec is not None else None
+            profile = prof.name if prof is not None else rec.mig_profile
+            share = prof.fraction if prof is not None else rec.gpu_milli / 1000
+            gpus = 0
+        else:
+            gpus = len(alloc.devices)
+            share = float(gpus)
+        finished = rec.finished_at if rec.state.terminal else None
+        return Holding(rec.user, alloc.pool, gpus, profile, share, rec.started_at, finished)
+
+    def _holdings(self, holding: list[JobRecord], pools: dict[str, PoolSpec], now: float) -> list[Holding]:
+        out = [h for r in holding if (h := self._holding_of(r, pools)) is not None]
+        if any(q.max_gpu_hours_per_day is not None for q in self._spec.quotas.values()):
+            since = now - 86_400.0
+            for r in self.store.jobs([JobState.DONE, JobState.FAILED, JobState.CANCELLED]):
+                if r.finished_at is not None and r.finished_at >= since:
+                    h = self._holding_of(r, pools)
+                    if h is not None:
+                        out.append(h)
+        return out
+
+    def _quota_hold(self, view: LiveView, queued: list[JobRecord], holdings: list[Holding],
+                    now: float) -> dict[str, str]:
+        quotas = list(self._spec.quotas.values())
+        if not quotas:
+            return {}
+        held: dict[str, str] = {}
+        for rec in queued:
+            if rec.id not in view.state.queue:
+                continue
+            job = view.state.queue[rec.id].job
+            reasons = []
+            for spec in view.pools.values():
+                if not view.could_run(job, spec.name):
+                    continue
+                why = blocking(quotas, holdings, self._ask(rec, spec), now)
+                if why is None:
+                    break
+                reasons.append(why)
+            else:
+                if reasons:
+                    held[rec.id] = reasons[0]
+        return held
+
+    # ------------------------------------------------------------------ scheduling
+    def _inventory_signature(self) -> tuple[Any, ...]:
+        return tuple((n.hostname, n.reachable, n.cordoned,
+                      tuple((g.uuid, g.healthy, g.mig_current, tuple(d.uuid for d in g.mig_devices))
+                            for g in n.gpus)) for n in self._inventory)
+
+    def _schedule(self) -> None:
+        now = self.clock()
+        holding = self.store.holding()
+        queued = self.store.queued()
+        view = build_view(self._spec, self._inventory, holding, queued, now, health_events=self._health_events,
+                          local_hostname=self.local_hostname)
+        holdings = self._holdings(holding, view.pools, now)
+        held = self._quota_hold(view, queued, holdings, now)
+        for jid in held:
+            view.state.dequeue(jid)
+        self._quota_held = held
+        self._view = view
+        # Health: jobs on an unhealthy GPU are stopped and requeued; the GPU gets no new work.
+        for rec in holding:
+            if rec.state is not JobState.RUNNING or rec.allocation is None:
+                continue
+            why = view.device_problem(rec.allocation)
+            if why is None:
+                continue
+            try:
+                cur = self.store.preempt(rec.id, f"gpu-unhealthy: {why}", policy="service:health")
+            except (InvalidTransitionError, UnknownJobError):
+                continue
+            view.state.running.pop(rec.id, None)
+            h = self._handle(cur)
+            if h is not None:
+                self._ensure_stopping(cur, h)
+        sig = (tuple(view.state.queue), tuple((r.id, r.state.value) for r in holding), self._inventory_signature(),
+               tuple(sorted(self._health_events)), tuple(sorted(held.items())), id(self._sched))
+        if sig == self._signature and now < self._next_decide:
+            return
+        if sig != self._signature:
+            self._noted.clear()
+        self._quota_blocked.clear()
+        self._signature = sig
+        self._next_decide = now + RESCHEDULE_S
+        if not view.state.queue and not view.state.running:
+            return
+        self._decide(view, holdings, now)
+
+    def _decide(self, view: LiveView, holdings: list[Holding], now: float) -> None:
+        state = view.state
+        sched = self._sched
+        if self._needs_reset:
+            sched.reset(state)
+            self._needs_reset = False
+        guard = self._guard
+        applied = 0
+        gen: Iterator[Decision] = iter(sched.decide(state))
+        try:
+            for _ in range(MAX_DECISIONS_PER_TICK):
+                before = (guard.primary_decisions, guard.fallback_decisions) if guard is not None else (0, 0)
+                t0 = time.perf_counter()
+                try:
+                    d = next(gen)
+                except StopIteration:
+                    break
+                self.metrics.latency.observe(time.perf_counter() - t0)
+                if guard is None:
+                    self.metrics.decisions.labels(policy="fallback").inc()
+                    source, version = self._policy.fallback, ""
+                elif guard.primary_decisions > before[0]:
+                    source, version = self._policy_label_primary(), guard.model_version
+                else:
+                    source, version = guard.fallback.name, ""
+                if self._apply(view, d, holdings, source, version, now):
+                    applied += 1
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+            if guard is not None:
+                self.metrics.sync_guard(guard)
+        if applied:
+            self._wake.set()
+
+    def _policy_label_primary(self) -> str:
+        primary = self._guard.primary if self._guard is not None else None
+        return str(getattr(primary, "name", "") or self._policy.scheduler)
+
+    def _note(self, kind: str, job: str | None, payload: dict[str, Any], reason: str, source: str,
+              version: str) -> None:
+        """Record a decision that was not applied (once per state of the cluster)."""
+        key = (kind, job or "", reason)
+        if key in self._noted:
+            return
+        self._noted.add(key)
+        self.store.append_decision(kind, payload, applied=False, job=job, policy=source, model_version=version,
+                                   reason=reason)
+
+    def _apply(self, view: LiveView, d: Decision, holdings: list[Holding], source: str, version: str,
+               now: float) -> bool:
+        state = view.state
+        summary = decision_summary(d)
+        if isinstance(d, WakeAt):
+            self._next_decide = min(self._next_decide, d.time)
+            return False
+        if isinstance(d, (Scale, Reconfigure)):
+            self._note(summary["kind"], None, summary, "not applied by the live service (rlsched plan/apply "
+                       "changes pools and MIG layouts)", source, version)
+            return False
+        why = illegal_reason(state, d)
+        if why is not None:
+            self.metrics.refused.labels(source="service").inc()
+            self._note(summary["kind"], getattr(d, "job_id", None), summary, f"illegal: {why}", source, version)
+            return False
+        if isinstance(d, Preempt):
+            try:
+                rec = self.store.preempt(d.job_id, d.reason or "priority", policy=source, model_version=version)
+            except (InvalidTransitionError, UnknownJobError):
+                return False
+            state.running.pop(d.job_id, None)
+            self.store.append_decision("preempt", summary, applied=True, job=d.job_id, policy=source,
+                                       model_version=version)
+            h = self._handle(rec)
+            if h is not None:
+                self._ensure_stopping(rec, h)
+            return True
+        assert isinstance(d, Place)
+        allowed = view.allowed.get(d.job_id)
+        if allowed is not None and d.placement.pool not in allowed:
+            # The policy chose a pool the job may not use (its pool option, or a whole GPU for a MIG
+            # request): the service takes the first legal place in an allowed pool instead, if any.
+            run = state.queue[d.job_id]
+            alt = next((c for name in sorted(allowed) if name in state.pools
+                        for c in pool_candidates(state.pools[name], run.job, state.time, first=True)), None)
+            if alt is None:
+                self._note("place", d.job_id, summary, f"job may only run in pool(s) {', '.join(sorted(allowed))}",
+                           source, version)
+                return False
+            d = Place(d.job_id, alt)
+            source = f"{source}+service:allowed-pools"
+        queued = self.store.get(d.job_id)
+        if queued is None or queued.state is not JobState.QUEUED:
+            return False
+        spec = view.pools[d.placement.pool]
+        blocked = blocking(self._spec.quotas.values(), holdings, self._ask(queued, spec), now)
+        if blocked is not None:
+            self._quota_blocked[d.job_id] = blocked
+            self._note("place", d.job_id, summary, blocked, source, version)
+            return False
+        return self._start(view, queued, d, holdings, source, version)
+
+    def _start(self, view: LiveView, rec: JobRecord, d: Place, holdings: list[Holding], source: str,
+               version: str) -> bool:
+        state = view.state
+        alloc = view.allocation(d.placement)
+        log_path = self.executor.log_dir / f"{rec.id}.log"
+        try:
+            started = self.store.mark_running(rec.id, alloc, None, None, str(log_path), policy=source,
+                                              model_version=version)
+        except (InvalidTransitionError, UnknownJobError):
+            return False  # cancelled meanwhile
+        # The job is committed as running: only now may its process start (exactly once).
+        run = state.dequeue(rec.id)
+        profile = None
+        if d.placement.slice_start is not None:
+            node_id, gi = d.placement.gpus[0]
+            gpu = state.nodes[node_id].gpus[gi]
+            profile = next((s.profile.name for s in gpu.slices if s.start == d.placement.slice_start), None)
+        state.allocate(run, d.placement, profile)
+        run.state = RunState.RUNNING
+        run.started_at = state.time
+        state.running[rec.id] = run
+        h = self._holding_of(started, view.pools)
+        if h is not None:
+            holdings.append(h)
+        self.store.append_decision("place", decision_summary(d), applied=True, job=rec.id, policy=source,
+                                   model_version=version)
+        cwd = (rec.options or {}).get("cwd")
+        try:
+            launched = self.executor.launch(rec.id, list(rec.argv), alloc.devices,
+                                            env_extra={"RLSCHED_JOB_ID": rec.id,
+                                                       "RLSCHED_ATTEMPT": str(started.attempts)},
+                                            cwd=cwd or None)
+        except Exception as exc:
+            _log.warning("launch of job %s failed: %s", rec.id, exc)
+            self.store.mark_finished(rec.id, EXIT_NOT_EXECUTABLE, f"launch failed: {exc}")
+            return True
+        self._handles[rec.id] = launched
+        self.store.set_process(rec.id, launched.pid, launched.start_time, str(launched.log_path))
+        return True
+
+    def _update_metrics(self) -> None:
+        self.metrics.set_jobs(self.store.counts())
+        view = self._view
+        if view is None:
+            return
+        summary = view.pool_summary()
+        self.metrics.set_allocation({
+            name: (p["gpus_total"], p["gpus_allocated"],
+                   {prof: d["allocated"] for prof, d in p["mig_instances"].items()})
+            for name, p in summary.items()})
+        self.metrics.unhealthy_gpus.set(len(view.unhealthy))
+
+    # ================================================================== API
+    def submit(self, req: SubmitRequest) -> JobRecord:
+        """Validate and queue a job; :class:`AdmissionError` says why one is refused."""
+        try:
+            rec = self._submit(req)
+        except AdmissionError:
+            self.metrics.submissions.labels(outcome="rejected").inc()
+            raise
+        self.metrics.submissions.labels(outcome="accepted").inc()
+        self._wake.set()
+        return rec
+
+    def _submit(self, req: SubmitRequest) -> JobRecord:
+        argv = req.argv
+        if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+            raise AdmissionError("argv must be a non-empty list of strings (the program and its arguments)")
+        if req.gpus is not None and req.mig is not None:
+            raise AdmissionError("ask for either gpus or a mig profile, not both")
+        gpus = 1 if req.gpus is None else req.gpus
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+            raise AdmissionError(f"gpus must be a whole number >= 1, not {req.gpus!r}")
+        if not isinstance(req.user, str) or not req.user.strip():
+            raise AdmissionError("user must be a non-empty string")
+        if isinstance(req.priority, bool) or not isinstance(req.priority, int):
+            raise AdmissionError(f"priority must be an integer, not {req.priority!r}")
+        for name in ("cpus", "memory_gib", "estimated_duration_s"):
+            v = getattr(req, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+                raise AdmissionError(f"{name} must be a number >= 0, not {v!r}")
+        now = self.clock()
+        if req.deadline is not None and req.deadline <= now:
+            raise AdmissionError("deadline is in the past (it is a unix time in seconds)")
+        with self._lock:
+            view = self._current_view()
+            pools = view.pools
+            if req.pool is not None and req.pool not in pools:
+                raise AdmissionError(f"unknown pool {req.pool!r} (pools: {', '.join(pools) or 'none'})")
+            candidates = [p for p in pools.values() if req.pool is None or p.name == req.pool]
+            if req.mig is not None:
+                candidates_all = candidates
+                candidates = [p for p in candidates if p.sharing is Sharing.MIG] or candidates_all
+                self._check_mig(req.mig, candidates, view)
+            else:
+                whole = [p for p in candidates if p.sharing is not Sharing.MIG]
+                largest = max((p.gpus_per_node for p in whole), default=0)
+                if whole and gpus > largest:
+                    raise AdmissionError(f"asks for {gpus} GPUs; the largest node has {largest}")
+            options = {k: v for k, v in (("cpus", req.cpus), ("memory_gib", req.memory_gib), ("pool", req.pool),
+                                         ("estimated_duration_s", req.estimated_duration_s), ("cwd", req.cwd))
+                       if v is not None}
+            probe = JobRecord(id="j-new", seq=0, argv=tuple(argv), num_gpus=gpus, gpu_milli=1000,
+                              mig_profile=req.mig, gpu_models=(), priority=req.priority, user=req.user,
+                              preemptible=req.preemptible, deadline=req.deadline, state=JobState.QUEUED, attempts=0,
+                              exit_code=None, submitted_at=now, started_at=None, finished_at=None, allocation=None,
+                              pid=None, pid_start=None, log_path=None, cancel_requested=False, reason="",
+                              idempotency_key=None, options=options)
+            if req.mig is not None:
+                from rlsched.runtime.store import _milli_of_profile
+
+                probe = dataclasses.replace(probe, gpu_milli=_milli_of_profile(req.mig))
+            job = job_of(probe, pools)
+            fitting = [p for p in candidates if fits_pool_spec(job, p)]
+            if not fitting:
+                raise AdmissionError("no pool can ever run it: " + unschedulable_reason(job, candidates))
+            why = admission_problem(self._spec.quotas.values(), [self._ask(probe, p) for p in fitting])
+            if why is not None:
+                raise AdmissionError(why, kind="quota")
+            try:
+                job_id = self.store.submit(argv, gpus=gpus, mig_profile=req.mig, priority=req.priority, user=req.user,
+                                           preemptible=req.preemptible, deadline=req.deadline,
+                                           idempotency_key=req.idempotency_key, options=options)
+            except IdempotencyConflictError as exc:
+                raise AdmissionError(str(exc), kind="conflict") from None
+            except StoreError as exc:
+                raise AdmissionError(str(exc)) from None
+            rec = self.store.get(job_id)
+            assert rec is not None
+            return rec
+
+    def _check_mig(self, profile: str, candidates: list[PoolSpec], view: LiveView) -> None:
+        mig_pools = [p for p in candidates if p.sharing is Sharing.MIG]
+        if not mig_pools:
+            where = f"pool {candidates[0].name} does" if len(candidates) == 1 else "no pool"
+            raise AdmissionError(f"MIG profile {profile} asked for, but {where} not use MIG".replace(
+                "no pool not use", "no pool uses"))
+        known = sorted({pr.name for p in mig_pools for pr in p.model.mig_profiles})
+        if profile not in known:
+            raise AdmissionError(f"unknown MIG profile {profile!r} for this fleet (profiles: {', '.join(known)})")
+        from rlsched.runtime.store import _milli_of_profile
+
+        try:
+            milli = _milli_of_profile(profile)
+        except StoreError as exc:
+            raise AdmissionError(str(exc)) from None
+        served = {p.name: profile_for(p.model, 1, milli) for p in mig_pools}
+        if not any(s is not None and s.name == profile for s in served.values()):
+            other = next((s.name for s in served.values() if s is not None), "none")
+            raise AdmissionError(f"MIG profile {profile} cannot be requested: a request of its compute size gets "
+                                 f"the smallest such profile ({other})")
+        present = {s.profile.name for p in mig_pools for n in view.state.pools[p.name].nodes.values()
+                   for g in n.gpus for s in g.slices}
+        declared = {name for p in mig_pools for name in p.mig_layout}
+        if profile not in present | declared:
+            raise AdmissionError(f"no GPU in the fleet has a {profile} MIG instance (instances: "
+                                 f"{', '.join(sorted(present | declared)) or 'none'})")
+
+    def cancel(self, job_id: str) -> JobState:
+        """Cancel a job: a queued one at once; a running one gets SIGTERM, then SIGKILL after ``grace_s``.
+
+        Returns the job's state afterwards (``running``/``preempted`` while its process stops).
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+        with self._lock:
+            state = self.store.cancel(job_id)
+            if state.holds_gpus:
+                rec = self.store.get(job_id)
+                if rec is not None:
+                    h = self._handle(rec)
+                    if h is not None:
+                        self._ensure_stopping(rec, h)
+            self._wake.set()
+            return state
+
+    def _position(self, rec: JobRecord, queued: list[JobRecord]) -> int:
+        order = sorted(queued, key=lambda r: (-r.priority, r.seq))
+        return next((i for i, r in enumerate(order, 1) if r.id == rec.id), 0)
+
+    def _reason(self, rec: JobRecord) -> str:
+        if rec.id in self._quota_held:
+            return self._quota_held[rec.id]
+        if rec.id in self._quota_blocked:
+            return self._quota_blocked[rec.id]
+        view = self._view
+        if view is None:
+            return "waiting for the scheduler's first pass"
+        run = view.state.queue.get(rec.id)
+        if run is None:
+            return "waiting for the next scheduling pass"
+        why = view.why_pending(run.job)
+        if rec.reason and why.startswith("policy holds it"):
+            return f"{why}; last requeued: {rec.reason}"
+        return why
+
+    def _record_dict(self, rec: JobRecord) -> dict[str, Any]:
+        opts = dict(rec.options or {})
+        alloc = rec.allocation
+        return {
+            "id": rec.id,
+            "state": rec.state.value,
+            "user": rec.user,
+            "priority": rec.priority,
+            "request": {"argv": list(rec.argv), "gpus": None if rec.mig_profile else rec.num_gpus,
+                        "mig": rec.mig_profile, "preemptible": rec.preemptible, "deadline": rec.deadline,
+                        "cpus": opts.get("cpus"), "memory_gib": opts.get("memory_gib"), "pool": opts.get("pool"),
+                        "estimated_duration_s": opts.get("estimated_duration_s"), "cwd": opts.get("cwd"),
+                        "idempotency_key": rec.idempotency_key},
+            "allocation": None if alloc is None else {
+                "node": alloc.node, "pool": alloc.pool, "devices": list(alloc.devices),
+                "gpu_indices": list(alloc.gpu_indices), "slice_start": alloc.slice_start},
+            "devices": list(alloc.devices) if alloc is not None else [],
+            "exit_code": rec.exit_code,
+            "submitted_at": rec.submitted_at,
+            "started_at": rec.started_at,
+            "finished_at": rec.finished_at,
+            "attempts": rec.attempts,
+            "pid": rec.pid,
+            "log_path": rec.log_path or str(self.executor.log_dir / f"{rec.id}.log"),
+            "cancel_requested": rec.cancel_requested,
+            "last_reason": rec.reason,
+        }
+
+    def job_status(self, job_id: str) -> dict[str, Any]:
+        """A JSON-able picture of one job; a queued one also gets ``reason`` and ``position``.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+        with self._lock:
+            rec = self.store.get(job_id)
+            if rec is None:
+                raise UnknownJobError(f"no job {job_id!r}")
+            out = self._record_dict(rec)
+            issue = self._view.job_issues.get(rec.id) if self._view is not None else None
+            if issue and rec.state.holds_gpus:
+                out["issue"] = issue
+            if rec.state is JobState.QUEUED:
+                out["reason"] = self._reason(rec)
+                out["position"] = self._position(rec, self.store.queued())
+            elif rec.state is JobState.PREEMPTED:
+                out["reason"] = f"stopping ({rec.reason or 'preempted'})"
+            elif rec.state is JobState.RUNNING and rec.cancel_requested:
+                out["reason"] = "stopping (cancel requested)"
+            return out
+
+    def jobs(self, states: list[str] | None = None) -> list[dict[str, Any]]:
+        """Jobs in submission order (optionally only in ``states``), as :meth:`job_status` shows them."""
+        with self._lock:
+            try:
+                recs = self.store.jobs([JobState(s) for s in states] if states else None)
+            except ValueError:
+                raise AdmissionError(f"unknown job state in {states!r} "
+                                     f"(states: {', '.join(s.value for s in JobState)})") from None
+            queued = [r for r in recs if r.state is JobState.QUEUED]
+            all_queued = self.store.queued() if queued else []
+            out = []
+            for rec in recs:
+                d = self._record_dict(rec)
+                if rec.state is JobState.QUEUED:
+                    d["reason"] = self._reason(rec)
+                    d["position"] = self._position(rec, all_queued)
+                out.append(d)
+            return out
+
+    def log_path(self, job_id: str) -> Path:
+        """The job's log file (stdout + stderr of every attempt); UnknownJobError for unknown ids."""
+        rec = self.store.get(job_id)
+        if rec is None:
+            raise UnknownJobError(f"no job {job_id!r}")
+        return Path(rec.log_path) if rec.log_path else self.executor.log_dir / f"{rec.id}.log"
+
+    def audit(self, since: int | None = None, job: str | None = None, limit: int | None = None) -> list[AuditRecord]:
+        """Audit records in id order (``since``: id cursor, exclusive)."""
+        return self.store.audit(since, job=job, limit=limit)
+
+    def reload(self, spec_paths: list[Path] | None = None, *, policy: str | None = None) -> dict[str, Any]:
+        """Re-read the spec and hot-swap policy and pools; queued and running jobs are kept.
+
+        Raises:
+            SpecError: the new spec does not load (the old configuration stays).
+            ServiceError: the policy block does not exist (the old configuration stays).
+        """
+        with self._lock:
+            paths = [Path(p) for p in spec_paths] if spec_paths else list(self.config.spec_paths)
+            spec, decl = self._load_spec(paths, policy if policy is not None else self.config.policy)
+            previous = self._policy_label()
+            sched, guard = self._build_scheduler(decl)
+            self._spec, self._policy, self._sched, self._guard = spec, decl, sched, guard
+            self.config.spec_paths = paths
+            if policy is not None:
+                self.config.policy = policy
+            self._needs_reset = True
+            self._signature = None
+            self._view = None
+            self.metrics.reset_guard_mirror()
+            try:
+                self.store.append_audit(AuditEvent.POLICY_SWITCH, policy=self._policy_label(),
+                                        model_version=guard.model_version if guard is not None else "",
+                                        reason="reload",
+                                        extra={"previous": previous, "policy_block": decl.name,
+                                               "pools": sorted(spec.pools), "spec": [str(p) for p in paths]})
+            except Exception:
+                self.metrics.audit_errors.inc()
+                _log.exception("could not audit the reload")
+            self._wake.set()
+            return self.info()
+
+    def info(self) -> dict[str, Any]:
+        """Policy, model version, mode, breaker, pools (GPUs total/free), queue length, running count."""
+        with self._lock:
+            counts = self.store.counts()
+            guard = self._guard
+            view = self._current_view()
+            pools = view.pool_summary()
+            return {
+                "policy": self._policy.name,
+                "scheduler": self._policy.scheduler,
+                "fallback": self._policy.fallback,
+                "model": self._policy.model,
+                "model_version": guard.model_version if guard is not None else "",
+                "primary_available": guard.primary_available if guard is not None else False,
+                "mode": self.mode,
+                "breaker": guard.breaker_state.value if guard is not None else "n/a",
+                "fallbacks_by_reason": dict(guard.fallbacks_by_reason) if guard is not None else {},
+                "pools": pools,
+                "queue_length": counts.get("queued", 0),
+                "running": counts.get("running", 0) + counts.get("preempted", 0),
+                "jobs": counts,
+                "unhealthy_gpus": dict(view.unhealthy) if view is not None else {},
+                "gpu_problems": dict(view.gpu_problems) if view is not None else {},
+                "backend": getattr(self.backend, "name", ""),
+                "state_dir": str(self.config.state_dir),
+                "spec": [str(p) for p in self.config.spec_paths],
+                "loop_running": self.running_loop,
+                "last_tick": self._last_tick,
+                "recovered": dict(self.recovered),
+            }
+

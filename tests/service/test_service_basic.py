@@ -1,0 +1,232 @@
+"""Submit, run, finish, cancel, pending reasons, admission and quotas, metrics, reload."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from rlsched.runtime.audit import AuditEvent
+from rlsched.runtime.store import JobState, UnknownJobError
+from rlsched.service.config import ServiceConfig, default_state_dir
+from rlsched.service.service import AdmissionError, SubmitRequest
+from rlsched.spec.model import SpecError
+from tests.service import PY, device_overlaps, env_writer, service, sleeper, until, write_spec
+
+
+def test_default_state_dir_is_beside_the_spec(tmp_path: Path) -> None:
+    assert default_state_dir(tmp_path / "conf" / "pool.hcl") == tmp_path / "conf" / ".rlsched-service" / "pool"
+
+
+def test_config_rejects_nonsense(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        ServiceConfig([tmp_path / "p.hcl"], tmp_path, tick_s=0)
+    with pytest.raises(ValueError):
+        ServiceConfig([tmp_path / "p.hcl"], tmp_path, fallback_only=True, shadow=True)
+    cfg = ServiceConfig([tmp_path / "p.hcl"], tmp_path, variables={"n": 2, "s": "x", "b": True, "l": [1, 2]})
+    assert cfg.var_args() == ["n=2", "s=x", "b=true", "l=[1, 2]"]
+
+
+def test_submit_runs_with_exactly_the_allocated_gpu_uuids(tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    with service(tmp_path) as svc:
+        rec = svc.submit(SubmitRequest(env_writer(out), gpus=2, user="alice"))
+        assert rec.state is JobState.QUEUED
+        until(svc, lambda: svc.job_status(rec.id)["state"] == "done")
+        st = svc.job_status(rec.id)
+        devices = st["allocation"]["devices"]
+        assert len(devices) == 2 and all(d.startswith("GPU-") for d in devices)
+        assert st["allocation"]["pool"] == "onprem" and st["allocation"]["node"] == "gpu-a100-01"
+        assert out.read_text() == ",".join(devices) + "|" + ",".join(devices)
+        assert st["exit_code"] == 0 and st["started_at"] and st["finished_at"]
+        assert svc.log_path(rec.id).exists()
+        events = [r.event for r in svc.audit(job=rec.id)]
+        assert events == [AuditEvent.SUBMISSION, AuditEvent.ALLOCATION, AuditEvent.COMPLETION]
+        alloc = svc.audit(job=rec.id)[1]
+        assert alloc.policy == "weighted-priority" and set(alloc.gpus) == set(devices)
+        assert [d["kind"] for d in svc.store.decisions()] == ["place"]
+        assert svc.store.check_invariants() == []
+
+
+def test_mig_job_gets_its_mig_instance_uuid(tmp_path: Path) -> None:
+    out = tmp_path / "env.txt"
+    with service(tmp_path) as svc:
+        rec = svc.submit(SubmitRequest(env_writer(out), mig="3g.40gb"))
+        until(svc, lambda: svc.job_status(rec.id)["state"] == "done")
+        st = svc.job_status(rec.id)
+        (dev,) = st["devices"]
+        assert dev.startswith("MIG-") and st["allocation"]["pool"] == "mig"
+        assert st["allocation"]["slice_start"] is not None
+        assert out.read_text() == f"{dev}|{dev}"
+        inst = {ref.uuid: ref for ref in svc._current_view().devices.values()}
+        assert inst[dev].profile == "3g.40gb"
+
+
+def test_failed_job_keeps_its_exit_code(tmp_path: Path) -> None:
+    with service(tmp_path) as svc:
+        rec = svc.submit(SubmitRequest([PY, "-c", "import sys; sys.exit(7)"], gpus=1))
+        until(svc, lambda: svc.job_status(rec.id)["state"] == "failed")
+        assert svc.job_status(rec.id)["exit_code"] == 7
+        missing = svc.submit(SubmitRequest(["/nonexistent/program"], gpus=1))
+        until(svc, lambda: svc.job_status(missing.id)["state"] == "failed")
+        assert svc.job_status(missing.id)["exit_code"] == 127
+
+
+def test_cancel_queued_and_running_jobs(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    stubborn = [PY, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                f"open({str(ready)!r}, 'w').close(); time.sleep(60)"]
+    with service(tmp_path, grace_s=0.3) as svc:
+        running = svc.submit(SubmitRequest(stubborn, gpus=4))
+        queued = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        until(svc, lambda: ready.exists())
+        assert svc.job_status(queued.id)["state"] == "queued"
+        assert svc.cancel(queued.id) is JobState.CANCELLED
+        assert svc.cancel(running.id) is JobState.RUNNING  # stopping: SIGTERM sent, GPUs still held
+        assert svc.job_status(running.id)["reason"] == "stopping (cancel requested)"
+        t0 = time.monotonic()
+        until(svc, lambda: svc.job_status(running.id)["state"] == "cancelled")
+        assert time.monotonic() - t0 >= 0.25  # it ignored SIGTERM: SIGKILL came after the grace period
+        st = svc.job_status(running.id)
+        assert st["exit_code"] == -9
+        assert svc.cancel(running.id) is JobState.CANCELLED  # idempotent
+        with pytest.raises(UnknownJobError):
+            svc.cancel("j-nope")
+        with pytest.raises(UnknownJobError):
+            svc.job_status("j-nope")
+        assert svc.store.check_invariants() == []
+
+
+def test_pending_reason_and_position(tmp_path: Path) -> None:
+    with service(tmp_path) as svc:
+        big = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        until(svc, lambda: svc.job_status(big.id)["state"] == "running")
+        low = svc.submit(SubmitRequest(sleeper(), gpus=2, priority=1))
+        high = svc.submit(SubmitRequest(sleeper(), gpus=1, priority=5))
+        svc.tick()
+        st = svc.job_status(low.id)
+        assert st["state"] == "queued"
+        assert st["reason"] == "waiting for 2 free A100-80GB GPUs in pool onprem (0 free)"
+        assert st["position"] == 2 and svc.job_status(high.id)["position"] == 1
+        listed = {j["id"]: j for j in svc.jobs(["queued"])}
+        assert set(listed) == {low.id, high.id} and listed[low.id]["position"] == 2
+        assert [j["id"] for j in svc.jobs()] == [big.id, low.id, high.id]
+        svc.cancel(big.id)
+        until(svc, lambda: svc.job_status(high.id)["state"] == "running"
+              and svc.job_status(low.id)["state"] == "running")
+        assert device_overlaps(svc) == []
+
+
+def test_admission_refuses_bad_requests(tmp_path: Path) -> None:
+    with service(tmp_path) as svc:
+        cases = [
+            (SubmitRequest([], gpus=1), "argv"),
+            (SubmitRequest(sleeper(), gpus=0), "gpus"),
+            (SubmitRequest(sleeper(), gpus=8), "largest node has 4"),
+            (SubmitRequest(sleeper(), gpus=1, mig="1g.10gb"), "not both"),
+            (SubmitRequest(sleeper(), mig="5g.50gb"), "unknown MIG profile"),
+            (SubmitRequest(sleeper(), mig="1g.20gb"), "smallest such profile"),
+            (SubmitRequest(sleeper(), mig="4g.40gb"), "no GPU in the fleet has a 4g.40gb"),
+            (SubmitRequest(sleeper(), gpus=1, pool="nowhere"), "unknown pool"),
+            (SubmitRequest(sleeper(), mig="1g.10gb", pool="onprem"), "does not use MIG"),
+            (SubmitRequest(sleeper(), gpus=1, deadline=1.0), "deadline"),
+        ]
+        for req, words in cases:
+            with pytest.raises(AdmissionError, match=words) as exc:
+                svc.submit(req)
+            assert exc.value.kind == "invalid"
+        assert svc.store.jobs() == []
+        a = svc.submit(SubmitRequest(sleeper(), gpus=1, idempotency_key="k1"))
+        assert svc.submit(SubmitRequest(sleeper(), gpus=1, idempotency_key="k1")).id == a.id
+        with pytest.raises(AdmissionError) as exc:
+            svc.submit(SubmitRequest(sleeper(), gpus=2, idempotency_key="k1"))
+        assert exc.value.kind == "conflict"
+
+
+def test_quota_refusal_and_quota_pending_reason(tmp_path: Path) -> None:
+    with service(tmp_path) as svc:
+        with pytest.raises(AdmissionError, match="quota team_a allows team-a in pool onprem at most 2 GPUs") as exc:
+            svc.submit(SubmitRequest(sleeper(), gpus=3, user="team-a"))
+        assert exc.value.kind == "quota"
+        with pytest.raises(AdmissionError, match=r"quota interns allows group:interns in pool mig no 3g\.40gb"):
+            svc.submit(SubmitRequest(sleeper(), mig="3g.40gb", user="group:interns"))
+        first = svc.submit(SubmitRequest(sleeper(), gpus=2, user="team-a"))
+        second = svc.submit(SubmitRequest(sleeper(), gpus=1, user="team-a"))
+        other = svc.submit(SubmitRequest(sleeper(), gpus=1, user="bob"))
+        s1 = svc.submit(SubmitRequest(sleeper(), mig="1g.10gb", user="group:interns"))
+        s2 = svc.submit(SubmitRequest(sleeper(), mig="1g.10gb", user="group:interns"))
+        until(svc, lambda: svc.job_status(other.id)["state"] == "running")
+        for _ in range(3):
+            svc.tick()
+        assert svc.job_status(first.id)["state"] == "running"
+        assert svc.job_status(s1.id)["state"] == "running"
+        st = svc.job_status(second.id)
+        assert st["state"] == "queued" and st["reason"] == "quota team_a: 2/2 GPUs in use"
+        assert svc.job_status(s2.id)["reason"] == "quota interns: 1/1 1g.10gb instances in use"
+        svc.cancel(first.id)
+        until(svc, lambda: svc.job_status(second.id)["state"] == "running")
+
+
+def test_metrics_exposition_has_every_family(tmp_path: Path) -> None:
+    class Telemetry:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+            self.name = "telemetry-test"
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def telemetry(self) -> list[dict[str, object]]:
+            return [{"uuid": "GPU-x", "utilization_gpu": None, "memory_used_mib": 1024, "temperature_c": 55,
+                     "power_w": 210.5, "ecc_double_bit": 0, "processes": 1}]
+
+    with service(tmp_path) as svc:
+        svc.backend = Telemetry(svc.backend)  # type: ignore[assignment]
+        rec = svc.submit(SubmitRequest(sleeper(), mig="2g.20gb"))
+        svc.submit(SubmitRequest(sleeper(), gpus=1))
+        until(svc, lambda: svc.job_status(rec.id)["state"] == "running")
+        text = generate_latest(svc.registry).decode()
+        for family in ("rlsched_queue_length", "rlsched_running_jobs", "rlsched_decisions_total",
+                       "rlsched_fallbacks_total", "rlsched_refused_actions_total",
+                       "rlsched_decision_latency_seconds_bucket", "rlsched_allocated_gpus",
+                       "rlsched_allocated_mig_slices", "rlsched_submissions_total", "rlsched_loop_errors_total",
+                       "rlsched_audit_write_errors_total", "rlsched_gpu_memory_used_mib",
+                       "rlsched_gpu_temperature_celsius", "rlsched_gpu_power_watts",
+                       "rlsched_gpu_utilization_percent"):
+            assert family in text, family
+        assert 'rlsched_allocated_mig_slices{pool="mig",profile="2g.20gb"} 1.0' in text
+        assert 'rlsched_allocated_gpus{pool="onprem"} 1.0' in text
+        assert 'rlsched_running_jobs 2.0' in text
+        assert 'rlsched_decisions_total{policy="primary"} 2.0' in text
+        assert 'rlsched_submissions_total{outcome="accepted"} 2.0' in text
+        assert 'rlsched_gpu_temperature_celsius{gpu="GPU-x"} 55.0' in text
+        assert 'rlsched_gpu_utilization_percent{gpu="GPU-x"}' not in text  # None: not reported
+
+
+def test_info_and_reload_keep_jobs(tmp_path: Path) -> None:
+    with service(tmp_path) as svc:
+        run = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        until(svc, lambda: svc.job_status(run.id)["state"] == "running")
+        wait = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        svc.tick()
+        info = svc.info()
+        assert info["policy"] == "default" and info["scheduler"] == "weighted-priority"
+        assert info["mode"] == "policy" and info["breaker"] == "closed"
+        assert info["queue_length"] == 1 and info["running"] == 1
+        assert info["pools"]["onprem"]["gpus_total"] == 4 and info["pools"]["onprem"]["gpus_free"] == 0
+        assert info["pools"]["mig"]["mig_instances"]["1g.10gb"] == {"total": 4, "free": 4, "allocated": 0}
+        spec = write_spec(tmp_path, scheduler="best_fit")
+        after = svc.reload([spec])
+        assert after["scheduler"] == "best-fit"
+        switch = [r for r in svc.audit() if r.event is AuditEvent.POLICY_SWITCH and r.reason == "reload"]
+        assert switch and switch[-1].extra["previous"].startswith("guarded:weighted-priority")
+        assert svc.job_status(run.id)["state"] == "running" and svc.job_status(wait.id)["state"] == "queued"
+        (tmp_path / "bad.hcl").write_text('pool "x" { gpu_model = "NoSuchGPU" nodes = ["a"] }\n')
+        with pytest.raises(SpecError):
+            svc.reload([tmp_path / "bad.hcl"])
+        assert svc.info()["scheduler"] == "best-fit"
+        svc.cancel(run.id)
+        until(svc, lambda: svc.job_status(wait.id)["state"] == "running")
+        assert svc.job_status(wait.id)["attempts"] == 1
