@@ -17,12 +17,20 @@ import numpy as np
 
 
 class Timed:
-    """Wraps a scheduler and records how long each decision (each yielded item) takes."""
+    """Wraps a scheduler and records how long each decision (each yielded item) takes.
+
+    ``samples`` holds one entry per ``next()`` (each yielded decision, plus the final
+    one that ends the decision point); ``point_samples`` one per decision point: the
+    sum of that point's ``next()`` times, i.e. ``decide()`` consumed until exhausted,
+    without the time the caller spends applying the decisions.
+    """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = inner.name
         self.samples: list[float] = []
+        self.point_samples: list[float] = []
+        self.point_decisions: list[int] = []
 
     def reset(self, state: Any) -> None:
         reset = getattr(self.inner, "reset", None)
@@ -30,15 +38,22 @@ class Timed:
             reset(state)
 
     def decide(self, state: Any) -> Any:
+        t0 = time.perf_counter()
         it = iter(self.inner.decide(state))
+        total, count = time.perf_counter() - t0, 0
         while True:
             t0 = time.perf_counter()
             try:
                 d = next(it)
             except StopIteration:
-                self.samples.append(time.perf_counter() - t0)
+                dt = time.perf_counter() - t0
+                self.samples.append(dt)
+                self.point_samples.append(total + dt)
+                self.point_decisions.append(count)
                 return
-            self.samples.append(time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            self.samples.append(dt)
+            total, count = total + dt, count + 1
             yield d
 
 

@@ -34,6 +34,8 @@ from rlsched.errors import RlschedError
 POLICY_FILE = "policy.pt"
 CODEC_FILE = "codec.json"
 CARD_FILE = "card.json"
+#: Optional: the demand forecaster the model was trained with (see :func:`load_model_forecast`).
+FORECASTER_FILE = "forecaster.json"
 
 
 class ModelError(RlschedError):
@@ -55,6 +57,8 @@ class PolicyModel:
         self.codec_params = codec_params
         self.signature = signature
         self.card = card
+        #: the demand forecaster it was trained with, if its folder has one (set by load_policy_ref).
+        self.forecast: ModelForecast | None = None
 
     def new_codec(self) -> ObservationCodec:
         """A codec like the one the model was trained with (checked against the signature)."""
@@ -145,12 +149,18 @@ class PolicyModel:
 
 
 def load_policy_ref(ref: str) -> PolicyModel:
-    """A model from a folder path or an MLflow ``models:/NAME@ALIAS`` / ``models:/NAME/VERSION`` URI."""
+    """A model from a folder path or an MLflow ``models:/NAME@ALIAS`` / ``models:/NAME/VERSION`` URI.
+
+    The model's demand forecaster (``forecaster.json``), if any, is in ``model.forecast``.
+    """
+    folder: Path | str = ref
     if ref.startswith("models:/"):
         from rlsched.train.registry import download_model
 
-        return PolicyModel.load(download_model(ref))
-    return PolicyModel.load(ref)
+        folder = download_model(ref)
+    model = PolicyModel.load(folder)
+    model.forecast = load_model_forecast(folder)
+    return model
 
 
 class PpoScheduler:
@@ -175,7 +185,12 @@ class PpoScheduler:
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         codec = self.codec
+        # Follow the state so that one step's mask/only_wait/encode/decode share one cache
+        # refresh; everything is invalidated before each step (the caller may have changed
+        # anything while this generator was suspended), so the results equal an untracked codec's.
+        codec.track(state)
         for _ in range(self.max_actions):
+            codec.invalidate(None)
             mask = codec.mask(state)
             if codec.only_wait(state):
                 return
@@ -198,3 +213,45 @@ def make_ppo_policy(ref: str, name: str | None = None) -> PpoScheduler:
     model = load_policy_ref(ref)
     label = name or (f"ppo:{Path(ref).name}" if not ref.startswith("models:/") else f"ppo:{ref}")
     return PpoScheduler(model, name=label)
+
+
+class ModelForecast:
+    """The fitted demand forecaster saved with a model, and the horizon it was trained with.
+
+    A policy trained with a forecast sees its total in the observation's demand
+    signal, so replays of it should run the engine with it: ``new()`` gives each
+    engine its own fresh copy (forecasters learn online while they replay).
+    """
+
+    def __init__(self, forecaster: Any, horizon_s: float, fitted_on: str = "") -> None:
+        self.forecaster = forecaster
+        self.horizon_s = horizon_s
+        self.fitted_on = fitted_on
+
+    def new(self) -> Any:
+        """A fresh copy for one engine."""
+        from rlsched.workload.forecast import fresh_forecaster
+
+        return fresh_forecaster(self.forecaster)
+
+
+def load_model_forecast(folder: Path | str) -> ModelForecast | None:
+    """The model folder's ``forecaster.json``, or None when it has none (older models)."""
+    path = Path(folder) / FORECASTER_FILE
+    if not path.exists():
+        return None
+    from rlsched.workload.forecast import forecaster_from_dict
+
+    try:
+        doc = json.loads(path.read_text())
+        return ModelForecast(forecaster_from_dict(doc["forecaster"]), float(doc["horizon_s"]),
+                             str(doc.get("fitted_on", "")))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{path}: corrupted ({exc})") from None
+
+
+def policy_forecast(scheduler: Any) -> ModelForecast | None:
+    """The forecaster of a scheduler built from a model folder (None for heuristics and older models)."""
+    model = getattr(scheduler, "model", None)
+    return getattr(model, "forecast", None) if isinstance(model, PolicyModel) else None
+

@@ -30,6 +30,22 @@ becomes :class:`BackendError` naming the node and GPU.
 
 Cordoning has no NVML counterpart: the flag lives in this backend object, which is
 what one ``apply`` process or the node's scheduler service consults.
+
+Telemetry and health (not part of :class:`GpuBackend`; the scheduler service reads them):
+
+* :meth:`NvmlBackend.telemetry`: per GPU utilisation, memory, temperature, power,
+  volatile double-bit (uncorrected) ECC count and compute processes. A reading the
+  device does not support (``NVML_ERROR_NOT_SUPPORTED``, e.g. utilisation on a
+  MIG-enabled GPU) is ``None``; any other NVML error on one GPU yields that GPU's
+  dict with ``error`` set, and the other GPUs are still reported.
+* :meth:`NvmlBackend.health_events`: registers one NVML event set for Xid critical
+  errors and double-bit ECC errors (what the Kubernetes device plugin watches),
+  drains it, and also compares the volatile uncorrected ECC counters: any count
+  above the last one seen (starting from 0, the counter's value at driver load,
+  as DCGM's memory health watch does) is an event too. Xids that application bugs
+  cause (:data:`APPLICATION_XIDS`, the device plugin's default skip list) are not
+  health events. A GPU with an event stays ``healthy=False`` in :meth:`inventory`
+  for the life of the backend object.
 """
 
 from __future__ import annotations
@@ -150,6 +166,15 @@ _CI_ENUM_FOR_SLICES: dict[int, str] = {
 
 _MIB = 1024 * 1024
 
+#: Xids caused by applications, not the GPU (k8s-device-plugin's default skip list):
+#: 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing,
+#: 45 preemptive cleanup, 68 video processor exception, 109 context switch timeout.
+APPLICATION_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
+
+#: The keys of one :meth:`NvmlBackend.telemetry` entry (``error`` only on a failed read).
+TELEMETRY_KEYS = ("hostname", "uuid", "index", "healthy", "utilization_gpu", "memory_used_mib", "memory_total_mib",
+                  "temperature_c", "power_w", "ecc_double_bit", "processes")
+
 
 @dataclass(frozen=True, slots=True)
 class _GiProfile:
@@ -188,7 +213,8 @@ class NvmlBackend:
             library/driver cannot be initialised.
     """
 
-    def __init__(self, nvml: Any | None = None, hostname: str | None = None) -> None:
+    def __init__(self, nvml: Any | None = None, hostname: str | None = None,
+                 ignored_xids: frozenset[int] | set[int] = APPLICATION_XIDS) -> None:
         if nvml is None:
             try:
                 import pynvml as nvml_module
@@ -201,6 +227,14 @@ class NvmlBackend:
         self.hostname = hostname or socket.gethostname()
         self.name = f"nvml:{self.hostname}"
         self._cordoned = False
+        self.ignored_xids = frozenset(ignored_xids)
+        self._unhealthy: dict[str, str] = {}  # GPU UUID -> first health event's reason
+        self._ecc_seen: dict[str, int] = {}  # GPU UUID -> last volatile uncorrected ECC count read
+        self._pending: list[tuple[str, str]] = []  # events found by telemetry(), returned by health_events()
+        self._event_set: Any = None
+        self._event_uuids: dict[int, str] = {}  # device handle address -> GPU UUID (registered devices)
+        #: indices of GPUs whose events could not be registered (ECC counters are still polled)
+        self.events_unsupported: list[int] = []
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
@@ -211,6 +245,10 @@ class NvmlBackend:
         """Shut NVML down (idempotent)."""
         if self._open:
             self._open = False
+            if self._event_set is not None:
+                with contextlib.suppress(self._nvml.NVMLError):
+                    self._nvml.nvmlEventSetFree(self._event_set)
+                self._event_set = None
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
 
@@ -348,8 +386,8 @@ class NvmlBackend:
         except nv.NVMLError_GpuIsLost:
             return GpuInfo(index=index, uuid=uuid, name=name, model=model_name, memory_mib=0, healthy=False)
         return GpuInfo(index=index, uuid=uuid, name=name, model=model_name, memory_mib=memory,
-                       mig_current=current, mig_pending=pending, mig_devices=devices, healthy=True,
-                       processes=processes)
+                       mig_current=current, mig_pending=pending, mig_devices=devices,
+                       healthy=uuid not in self._unhealthy, processes=processes)
 
     # -- GpuBackend --
 
@@ -485,3 +523,166 @@ class NvmlBackend:
         ci_info = nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(
             gi, getattr(nv, _CI_ENUM_FOR_SLICES[gi_prof.slices]), nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
         nv.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
+
+    # -- telemetry and health (not part of GpuBackend) --
+
+    def _optional(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or None where the device does not support the reading."""
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError_NotSupported:
+            return None
+
+    def _ecc_double_bit(self, handle: Any) -> int | None:
+        nv = self._nvml
+        count = self._optional(nv.nvmlDeviceGetTotalEccErrors, handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                               nv.NVML_VOLATILE_ECC)
+        return None if count is None else int(count)
+
+    def _mark(self, uuid: str, reason: str) -> tuple[str, str]:
+        self._unhealthy.setdefault(uuid, reason)
+        return uuid, reason
+
+    def _note_ecc(self, uuid: str, count: int | None) -> tuple[str, str] | None:
+        """A health event if the volatile uncorrected ECC count grew since it was last read."""
+        if count is None or not uuid:
+            return None
+        before = self._ecc_seen.get(uuid, 0)
+        self._ecc_seen[uuid] = max(before, count)
+        if count > before:
+            return self._mark(uuid, f"double-bit ECC: {count - before} new uncorrected error(s) "
+                                    f"({count} since driver load)")
+        return None
+
+    def _gpu_telemetry(self, index: int, handle: Any) -> dict[str, Any]:
+        nv = self._nvml
+        out: dict[str, Any] = dict.fromkeys(TELEMETRY_KEYS)
+        out["hostname"], out["index"] = self.hostname, index
+        try:
+            out["uuid"] = uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            util = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+            out["utilization_gpu"] = None if util is None else int(util.gpu)
+            mem = nv.nvmlDeviceGetMemoryInfo(handle)
+            out["memory_used_mib"] = int(mem.used) // _MIB
+            out["memory_total_mib"] = int(mem.total) // _MIB
+            temp = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+            out["temperature_c"] = None if temp is None else int(temp)
+            milliwatts = self._optional(nv.nvmlDeviceGetPowerUsage, handle)
+            out["power_w"] = None if milliwatts is None else int(milliwatts) / 1000.0
+            out["ecc_double_bit"] = ecc = self._ecc_double_bit(handle)
+            procs = self._optional(nv.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            out["processes"] = [
+                {"pid": int(p.pid),
+                 "used_memory_mib": None if getattr(p, "usedGpuMemory", None) is None
+                 else int(p.usedGpuMemory) // _MIB}
+                for p in procs
+            ]
+        except nv.NVMLError as exc:
+            out["error"] = str(self._translate(exc, f"GPU {self.hostname}/{index}"))
+            if isinstance(exc, nv.NVMLError_GpuIsLost) and out["uuid"]:
+                self._mark(out["uuid"], "GPU is lost (fell off the bus)")
+        else:
+            event = self._note_ecc(uuid, ecc)
+            if event is not None:
+                self._pending.append(event)
+        out["healthy"] = bool(out["uuid"]) and out["uuid"] not in self._unhealthy and "error" not in out
+        return out
+
+    def telemetry(self) -> list[dict[str, Any]]:
+        """One dict per GPU (keys :data:`TELEMETRY_KEYS`, plus ``error`` where reading it failed).
+
+        ``utilization_gpu`` is percent, ``power_w`` watts (NVML reports milliwatts),
+        ``ecc_double_bit`` the volatile uncorrected ECC count; a reading the device
+        does not support is None. ``processes`` lists ``{"pid", "used_memory_mib"}``
+        (``used_memory_mib`` None where NVML cannot tell, as under WDDM).
+        """
+        with self._errors(f"node {self.hostname}"):
+            handles = self._handles()
+        return [self._gpu_telemetry(i, h) for i, h in handles]
+
+    def _register_events(self) -> None:
+        """Create the event set and register every GPU once (devices without support are skipped)."""
+        nv = self._nvml
+        wanted = int(nv.nvmlEventTypeXidCriticalError) | int(nv.nvmlEventTypeDoubleBitEccError)
+        event_set = nv.nvmlEventSetCreate()
+        try:
+            handles = self._handles()
+        except nv.NVMLError:
+            with contextlib.suppress(nv.NVMLError):
+                nv.nvmlEventSetFree(event_set)
+            raise
+        self._event_set = event_set
+        for index, handle in handles:
+            try:
+                uuid = _text(nv.nvmlDeviceGetUUID(handle))
+                try:
+                    mask = wanted & int(nv.nvmlDeviceGetSupportedEventTypes(handle))
+                except nv.NVMLError_NotSupported:
+                    mask = wanted
+                if mask:
+                    nv.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                    self._event_uuids[_address(handle)] = uuid
+                else:
+                    self.events_unsupported.append(index)
+            except nv.NVMLError:  # NOT_SUPPORTED (too old, or a VM), or a lost GPU: no events from it
+                self.events_unsupported.append(index)
+
+    def _event_reason(self, data: Any) -> str | None:
+        nv = self._nvml
+        kind = int(data.eventType)
+        if kind & int(nv.nvmlEventTypeXidCriticalError):
+            xid = int(data.eventData)
+            return None if xid in self.ignored_xids else f"Xid {xid} (critical error)"
+        if kind & int(nv.nvmlEventTypeDoubleBitEccError):
+            return "double-bit ECC error"
+        return f"NVML event 0x{kind:x}"
+
+    def health_events(self, timeout_ms: int = 0) -> list[tuple[str, str]]:
+        """(GPU UUID, reason) of every health event since the last call.
+
+        Waits up to ``timeout_ms`` for the first event, then drains the rest without
+        waiting; also reports growth of the volatile uncorrected ECC counters (and
+        events :meth:`telemetry` found). Each reported GPU is unhealthy from now on.
+        """
+        nv = self._nvml
+        events, self._pending = self._pending, []
+        with self._errors(f"node {self.hostname}: health events"):
+            if self._event_set is None:
+                self._register_events()
+            wait = max(int(timeout_ms), 0)
+            while True:
+                try:
+                    data = nv.nvmlEventSetWait_v2(self._event_set, wait)
+                except nv.NVMLError_Timeout:
+                    break
+                wait = 0
+                reason = self._event_reason(data)
+                if reason is None:
+                    continue
+                uuid = self._event_uuids.get(_address(data.device))
+                if uuid is None:
+                    try:
+                        uuid = _text(nv.nvmlDeviceGetUUID(data.device))
+                    except nv.NVMLError:
+                        uuid = ""
+                events.append(self._mark(uuid, reason))
+            for _index, handle in self._handles():
+                try:
+                    uuid = _text(nv.nvmlDeviceGetUUID(handle))
+                    event = self._note_ecc(uuid, self._ecc_double_bit(handle))
+                except nv.NVMLError:  # one unreadable GPU does not hide the others' counters
+                    continue
+                if event is not None:
+                    events.append(event)
+        return events
+
+    def unhealthy(self) -> dict[str, str]:
+        """GPU UUID -> reason for every GPU this backend object has seen a health event on."""
+        return dict(self._unhealthy)
+
+
+def _address(handle: Any) -> int:
+    """The address a ctypes device handle points at (handles compare by it)."""
+    if isinstance(handle, int):
+        return handle
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)

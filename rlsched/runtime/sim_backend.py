@@ -30,7 +30,12 @@ Fleet file format (version 1; unknown keys are errors, as in mig-parted's strict
               "mig_devices": [{"profile": "3g.40gb", "uuid": "MIG-...", "start": 0}],
               "healthy": true,
               "processes": 0,           # simulated running jobs on this GPU
-              "generation": 3           # optional: bumped per layout change (MIG UUID seed)
+              "generation": 3,          # optional: bumped per layout change (MIG UUID seed)
+              "telemetry": {            # optional: what NvmlBackend.telemetry() would read
+                "utilization_gpu": 40, "memory_used_mib": 2048, "temperature_c": 55,
+                "power_w": 300.5, "ecc_double_bit": 0   # each optional, a number or null
+              },
+              "xid": [79]               # optional: Xid critical errors so far (append-only)
             }
           ]
         }
@@ -59,6 +64,14 @@ Behaviour (chosen to match NVML / mig-parted, see ``shared/docs/HCL.md`` s. 2 an
 * **Unreachable nodes** raise :class:`BackendError` on every call naming them; in
   :meth:`~SimulatedBackend.inventory` they appear with ``reachable=False`` and no
   GPUs (nothing is known about them).
+* **Telemetry and health** (the scheduler service without a GPU):
+  :meth:`~SimulatedBackend.telemetry` returns NvmlBackend's per-GPU dicts from the
+  optional ``telemetry`` fields (defaults: idle, no ECC errors; utilisation None on
+  a MIG-enabled GPU, as NVML); :meth:`~SimulatedBackend.health_events` reports each
+  ``xid`` entry not yet reported by this backend object (application Xids such as 13
+  or 31 excepted, as NvmlBackend does) and every increase of
+  ``telemetry.ecc_double_bit``; such GPUs are ``healthy=False`` in this object's
+  inventory from then on (the file itself is not changed).
 * **Faults** (testing apply failure paths through the real CLI): ``faults`` maps a
   hostname or a GPU UUID to a fault name, or a list of them; the next matching call
   consumes one and fails:
@@ -76,6 +89,7 @@ Behaviour (chosen to match NVML / mig-parted, see ``shared/docs/HCL.md`` s. 2 an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import json
 import os
@@ -98,7 +112,7 @@ from rlsched.runtime.backend import (
     NodeInfo,
     ResetRequiredError,
 )
-from rlsched.runtime.nvml_backend import marketing_name, nvml_memory_mib
+from rlsched.runtime.nvml_backend import APPLICATION_XIDS, TELEMETRY_KEYS, marketing_name, nvml_memory_mib
 
 FLEET_VERSION = 1
 
@@ -112,8 +126,10 @@ _TOP_KEYS = {"version", "nodes", "faults"}
 _NODE_KEYS = {"hostname", "reachable", "cordoned", "labels", "gpus"}
 _GPU_KEYS = {
     "index", "uuid", "name", "model", "memory_mib", "mig_current", "mig_pending",
-    "mig_devices", "healthy", "processes", "generation",
+    "mig_devices", "healthy", "processes", "generation", "telemetry", "xid",
 }
+#: Optional keys of a GPU's ``telemetry`` object.
+_TELEMETRY_KEYS = {"utilization_gpu", "memory_used_mib", "temperature_c", "power_w", "ecc_double_bit"}
 _MIG_KEYS = {"profile", "uuid", "start"}
 
 
@@ -248,6 +264,16 @@ def validate_fleet(data: Any, source: str = "fleet") -> None:
             if _opt(gwhere, gpu, "processes", int, 0) < 0:
                 raise BackendError(f"{gwhere}: processes must be >= 0")
             _opt(gwhere, gpu, "generation", int, 0)
+            tel = _opt(gwhere, gpu, "telemetry", dict, {})
+            _unknown_keys(f"{gwhere} telemetry", tel, _TELEMETRY_KEYS)
+            for key, val in tel.items():
+                if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0):
+                    raise BackendError(f"{gwhere} telemetry: {key!r} must be a number >= 0 or null, got {val!r}")
+            if isinstance(tel.get("ecc_double_bit"), float):
+                raise BackendError(f"{gwhere} telemetry: 'ecc_double_bit' must be an integer count")
+            for xid in _opt(gwhere, gpu, "xid", list, []):
+                if isinstance(xid, bool) or not isinstance(xid, int) or xid <= 0:
+                    raise BackendError(f"{gwhere}: xid entries must be positive integers (Xid codes), got {xid!r}")
             for k, dev in enumerate(_opt(gwhere, gpu, "mig_devices", list, [])):
                 dwhere = f"{gwhere} mig_devices[{k}]"
                 if not isinstance(dev, dict):
@@ -354,6 +380,10 @@ class SimulatedBackend:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.name = f"sim:{self.path}"
+        self._unhealthy: dict[str, str] = {}  # GPU UUID -> first health event's reason
+        self._xid_seen: dict[str, int] = {}  # GPU UUID -> xid entries already reported
+        self._ecc_seen: dict[str, int] = {}  # GPU UUID -> last ecc_double_bit seen
+        self._pending: list[tuple[str, str]] = []  # ECC growth telemetry() saw, for health_events()
         read_fleet(self.path)  # fail early and clearly on a bad file
 
     # -- helpers --
@@ -431,11 +461,18 @@ class SimulatedBackend:
 
     def inventory(self) -> list[NodeInfo]:
         """Every node in the fleet; unreachable ones with ``reachable=False`` and no GPUs."""
-        return [_node_info(n) for n in self._load()["nodes"]]
+        return [self._health(_node_info(n)) for n in self._load()["nodes"]]
 
     def node(self, hostname: str) -> NodeInfo:
         """One node (raises BackendError if unknown or unreachable)."""
-        return _node_info(self._find_node(self._load(), hostname))
+        return self._health(_node_info(self._find_node(self._load(), hostname)))
+
+    def _health(self, node: NodeInfo) -> NodeInfo:
+        """``node`` with the GPUs this object saw a health event on marked unhealthy."""
+        if not any(g.uuid in self._unhealthy for g in node.gpus):
+            return node
+        gpus = tuple(dataclasses.replace(g, healthy=False) if g.uuid in self._unhealthy else g for g in node.gpus)
+        return dataclasses.replace(node, gpus=gpus)
 
     def cordon(self, hostname: str, on: bool) -> None:
         """Mark the node (un)schedulable in the fleet file."""
@@ -534,6 +571,80 @@ class SimulatedBackend:
             ]
             return _gpu_info(gpu)
 
+    # -- telemetry and health (NvmlBackend's shapes; not part of GpuBackend) --
+
+    def _note_ecc(self, uuid: str, count: int | None) -> tuple[str, str] | None:
+        if count is None:
+            return None
+        before = self._ecc_seen.get(uuid, 0)
+        self._ecc_seen[uuid] = max(before, count)
+        if count > before:
+            reason = f"double-bit ECC: {count - before} new uncorrected error(s) ({count} since driver load)"
+            self._unhealthy.setdefault(uuid, reason)
+            return uuid, reason
+        return None
+
+    def telemetry(self) -> list[dict[str, Any]]:
+        """Per GPU of every reachable node, the dict :meth:`NvmlBackend.telemetry` returns.
+
+        Readings come from the GPU's optional ``telemetry`` object; ``processes`` lists
+        one ``{"pid": None, "used_memory_mib": None}`` per simulated process.
+        """
+        out: list[dict[str, Any]] = []
+        for n in self._load()["nodes"]:
+            if not n.get("reachable", True):
+                continue
+            for g in sorted(n["gpus"], key=lambda g: g["index"]):
+                tel = g.get("telemetry", {})
+                mig = g.get("mig_current", False)
+                row: dict[str, Any] = dict.fromkeys(TELEMETRY_KEYS)
+                row.update({
+                    "hostname": n["hostname"], "uuid": g["uuid"], "index": g["index"],
+                    "utilization_gpu": tel.get("utilization_gpu", None if mig else 0),
+                    "memory_used_mib": tel.get("memory_used_mib", 0),
+                    "memory_total_mib": g["memory_mib"],
+                    "temperature_c": tel.get("temperature_c"),
+                    "power_w": tel.get("power_w"),
+                    "ecc_double_bit": tel.get("ecc_double_bit", 0),
+                    "processes": [{"pid": None, "used_memory_mib": None}] * int(g.get("processes", 0)),
+                })
+                event = self._note_ecc(g["uuid"], row["ecc_double_bit"])
+                if event is not None:
+                    self._pending.append(event)
+                row["healthy"] = g.get("healthy", True) and g["uuid"] not in self._unhealthy
+                out.append(row)
+        return out
+
+    def health_events(self, timeout_ms: int = 0) -> list[tuple[str, str]]:
+        """(GPU UUID, reason) for Xids and ECC growth in the file not yet reported by this object.
+
+        Never waits (``timeout_ms`` is accepted for NvmlBackend's signature).
+        """
+        del timeout_ms
+        events, self._pending = self._pending, []
+        for n in self._load()["nodes"]:
+            if not n.get("reachable", True):
+                continue
+            for g in sorted(n["gpus"], key=lambda g: g["index"]):
+                uuid = g["uuid"]
+                xids = list(g.get("xid", []))
+                seen = self._xid_seen.get(uuid, 0)
+                self._xid_seen[uuid] = len(xids)
+                for xid in xids[seen:] if len(xids) >= seen else xids:
+                    if xid in APPLICATION_XIDS:
+                        continue
+                    reason = f"Xid {xid} (critical error)"
+                    self._unhealthy.setdefault(uuid, reason)
+                    events.append((uuid, reason))
+                event = self._note_ecc(uuid, g.get("telemetry", {}).get("ecc_double_bit"))
+                if event is not None:
+                    events.append(event)
+        return events
+
+    def unhealthy(self) -> dict[str, str]:
+        """GPU UUID -> reason for every GPU this backend object has seen a health event on."""
+        return dict(self._unhealthy)
+
     # -- simulation controls (not part of GpuBackend) --
 
     def _reset(self, gpu: dict[str, Any]) -> None:
@@ -570,6 +681,24 @@ class SimulatedBackend:
                     n["reachable"] = bool(reachable)
                     return
             raise BackendError(f"unknown node {hostname!r}")
+
+    def inject_xid(self, hostname: str, gpu_uuid: str, xid: int) -> None:
+        """Simulate an Xid critical error on a GPU (appended to its ``xid`` list)."""
+        if isinstance(xid, bool) or not isinstance(xid, int) or xid <= 0:
+            raise BackendError(f"xid must be a positive integer, got {xid!r}")
+        with self._mutate() as data:
+            _, gpu = self._find_gpu(data, hostname, gpu_uuid)
+            gpu["xid"] = [*gpu.get("xid", []), xid]
+
+    def set_telemetry(self, hostname: str, gpu_uuid: str, **readings: float | None) -> None:
+        """Set telemetry readings of a GPU (keys of the fleet file's ``telemetry`` object)."""
+        with self._mutate() as data:
+            node, gpu = self._find_gpu(data, hostname, gpu_uuid)
+            tel = {**gpu.get("telemetry", {}), **readings}
+            probe = {"version": FLEET_VERSION, "nodes": [{"hostname": node["hostname"], "gpus": [
+                {**gpu, "telemetry": tel}]}]}
+            validate_fleet(probe, str(self.path))
+            gpu["telemetry"] = tel
 
     def inject_fault(self, key: str, fault: str) -> None:
         """Queue ``fault`` for the node or GPU UUID ``key`` (consumed by the next matching call)."""

@@ -23,13 +23,26 @@ def _horizon(world: World) -> float:
     return max(10.0 * span, span + 30 * 86400.0)
 
 
-def run_world(world: World, scheduler: Any) -> Report:
+#: A reference, not a competitor: SJF told every job's TRUE duration. No real scheduler has that
+#: information, so it bounds what ordering alone can gain on a world (how much headroom is left
+#: over the weighted-priority baseline); it is reported beside the heuristics, never ranked as one.
+ORACLE_BOUND = "sjf-oracle-bound"
+
+
+def is_reference(name: str) -> bool:
+    """True for rows that are bounds rather than schedulers (excluded from "who beats whom")."""
+    return name == ORACLE_BOUND
+
+
+def run_world(world: World, scheduler: Any, *, oracle_durations: bool = False) -> Report:
     """Replay one world under one scheduler (with a horizon guard for untrained policies)."""
     sc = world.scenario
     # A fresh copy per replay: a forecaster learns online, and every policy must start from the same one.
     fc = fresh_forecaster(world.forecaster) if world.forecaster is not None else None
-    engine = Engine(sc.pools, sc.jobs, sc.market, replace(sc.sim, horizon_s=_horizon(world)), forecaster=fc,
-                    forecast_horizon_s=world.forecast_horizon_s)
+    sim = replace(sc.sim, horizon_s=_horizon(world))
+    if oracle_durations:
+        sim = replace(sim, oracle_durations=True)
+    engine = Engine(sc.pools, sc.jobs, sc.market, sim, forecaster=fc, forecast_horizon_s=world.forecast_horizon_s)
     return engine.run(scheduler)
 
 
@@ -39,8 +52,11 @@ def evaluate(
     *,
     heuristics: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    bound: bool = False,
 ) -> dict[str, Any]:
     """Run the policy (if any) and every heuristic on every world.
+
+    With ``bound``, each world also gets an :data:`ORACLE_BOUND` row (SJF on true durations).
 
     Returns:
         ``{"worlds": {label: {policy: result}}, "summary": {policy: {metric: mean over worlds}},
@@ -58,6 +74,10 @@ def evaluate(
                 progress(f"{world.label}: {sched.name}")
             rep = run_world(world, sched)
             row[sched.name] = rep.result()
+        if bound:
+            if progress is not None:
+                progress(f"{world.label}: {ORACLE_BOUND}")
+            row[ORACLE_BOUND] = run_world(world, make_policy("sjf"), oracle_durations=True).result()
         per_world[world.label] = row
     policies = list(next(iter(per_world.values())).keys()) if per_world else []
     summary = {
@@ -82,8 +102,9 @@ def comparison_markdown(result: dict[str, Any], title: str) -> str:
     rel = result.get("relative", {})
     for p, s in sorted(result["summary"].items(), key=lambda kv: kv[1]["mean_jct_s"]):
         r = rel.get(p, {})
+        label = f"{p} (reference: true durations)" if is_reference(p) else p
         lines.append(
-            f"| {p} | {s['mean_jct_s'] / 3600:.2f} | {s['p95_jct_s'] / 3600:.2f} | {s['mean_wait_s'] / 3600:.2f} | "
+            f"| {label} | {s['mean_jct_s'] / 3600:.2f} | {s['p95_jct_s'] / 3600:.2f} | {s['mean_wait_s'] / 3600:.2f} | "
             f"{s['cost_usd']:,.0f} | {s['gpu_utilization']:.1%} | "
             f"{r.get('jct_vs_weighted_priority', float('nan')):.3f} | "
             f"{r.get('cost_vs_weighted_priority', float('nan')):.3f} | {s['jobs_completed']:.0f} | "

@@ -23,7 +23,7 @@ import numpy as np
 
 from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment
-from rlsched.train.evaluate import comparison_markdown, evaluate
+from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference
 from rlsched.train.forecasting import (
     FORECASTER_FILE,
     attach,
@@ -368,8 +368,8 @@ def train(
         save_checkpoint(model, ckpt_dir, model.num_timesteps)
         train_wall = time.perf_counter() - t_start
         log("evaluating the final policy against every heuristic ...")
-        ev = evaluate(eval_worlds, current_policy)
-        ho = evaluate(holdout_worlds, current_policy) if holdout_worlds else None
+        ev = evaluate(eval_worlds, current_policy, bound=True)
+        ho = evaluate(holdout_worlds, current_policy, bound=True) if holdout_worlds else None
         table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
         if ho is not None:
             table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(holdout_worlds)} windows)")
@@ -456,8 +456,9 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
     rel = card["metrics"]["eval_relative"].get("ppo", {})
     wins = []
     for p, s in card["metrics"]["eval"].items():
-        if p != "ppo" and s["mean_jct_s"] < card["metrics"]["eval"]["ppo"]["mean_jct_s"]:
+        if p != "ppo" and not is_reference(p) and s["mean_jct_s"] < card["metrics"]["eval"]["ppo"]["mean_jct_s"]:
             wins.append(p)
+    bound = card["metrics"]["eval_relative"].get(ORACLE_BOUND, {}).get("jct_vs_weighted_priority")
     lines = [
         f"# Model card: {card['name']}",
         "",
@@ -475,6 +476,9 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         "",
         "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
         "",
+        *([f"Headroom: `{ORACLE_BOUND}` (SJF told every job's true duration - information no scheduler has) "
+           f"reaches {bound:.3f}x weighted-priority's mean JCT on these windows; it bounds what job ordering "
+           "alone can gain here and is a reference row, not a competitor.", ""] if bound is not None else []),
         table,
     ]
     return "\n".join(lines) + "\n"

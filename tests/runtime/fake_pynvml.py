@@ -27,12 +27,23 @@ itself when it can; with processes on the GPU the activation status it returns i
 (``reset_supported=False``) it is ``NVML_ERROR_RESET_REQUIRED``; in both cases the
 current mode is unchanged. Destroying an instance while processes run raises
 ``NVMLError_InUse``.
+
+Telemetry and health: utilisation (``NVML_ERROR_NOT_SUPPORTED`` while MIG is on, as
+on real A100/H100), temperature, power in milliwatts, ECC counters (volatile and
+aggregate; ``ecc_supported=False`` makes them and the ECC event types unsupported)
+and event sets (``nvmlEventSetCreate`` / ``nvmlDeviceRegisterEvents`` /
+``nvmlEventSetWait_v2`` returning ``c_nvmlEventData_t`` or raising
+``NVMLError_Timeout``). Test helpers inject faults: :meth:`FakeNvml.inject_xid`,
+:meth:`FakeNvml.inject_ecc`, and ``FakeGpu.fail`` (pynvml function name -> NVML error
+code raised by every call of that function on that GPU).
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 import uuid as uuidlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +141,12 @@ class FakeGpu:
         processes: compute processes running on the GPU (block resets and destroys).
         reset_supported: False models pass-through VMs where NVML cannot reset.
         lost: every per-device call raises ``NVMLError_GpuIsLost``.
+        utilization / temperature / power_mw: what the sensors read.
+        ecc_supported: False models a GPU without ECC (GeForce, ECC disabled).
+        ecc_volatile / ecc_aggregate: uncorrected (double-bit) ECC counts.
+        events_supported: False makes event registration ``NOT_SUPPORTED`` (old GPUs, some VMs).
+        process_memory: bytes each process uses; None models NVML_VALUE_NOT_AVAILABLE.
+        fail: pynvml function name -> NVML error code every call of it on this GPU raises.
     """
 
     model: str = "H100-80GB"
@@ -138,6 +155,15 @@ class FakeGpu:
     processes: int = 0
     reset_supported: bool = True
     lost: bool = False
+    utilization: int = 0
+    temperature: int = 35
+    power_mw: int = 70_000
+    ecc_supported: bool = True
+    ecc_volatile: int = 0
+    ecc_aggregate: int = 0
+    events_supported: bool = True
+    process_memory: int | None = 1 << 30
+    fail: dict[str, int] = field(default_factory=dict)
     uuid: str = ""
     name: str = ""
     gis: dict[int, FakeGi] = field(default_factory=dict)
@@ -156,6 +182,20 @@ class FakeGpu:
     @property
     def total_mib(self) -> int:
         return _FAMILIES[self.model][1] if self.model in _FAMILIES else _PLAIN[self.model][0]
+
+
+@dataclass
+class FakeEventSet:
+    """An NVML event set: registered GPUs (with their masks) and queued events."""
+
+    registered: dict[int, int] = field(default_factory=dict)  # id(FakeGpu) -> event mask
+    queue: deque[tuple[FakeGpu, int, int]] = field(default_factory=deque)  # (gpu, type, data)
+    freed: bool = False
+
+
+_ECC_EVENTS = _real.nvmlEventTypeSingleBitEccError | _real.nvmlEventTypeDoubleBitEccError
+_SUPPORTED_EVENTS = (_real.nvmlEventTypeXidCriticalError | _ECC_EVENTS | _real.nvmlEventTypePState
+                     | _real.nvmlEventTypeClock)
 
 
 def _err(code: int) -> _real.NVMLError:
@@ -192,6 +232,7 @@ class FakeNvml:
         self._next_addr = 0x1000
         self._handles: dict[int, tuple[str, FakeGpu, int, int]] = {}  # addr -> (kind, gpu, gi id, ci id)
         self._serial = 0
+        self.event_sets: dict[int, FakeEventSet] = {}  # address -> event set
         for i, g in enumerate(self.gpus):
             if not g.uuid:
                 g.uuid = f"GPU-{uuidlib.uuid5(_NS, f'gpu/{i}/{g.model}')}"
@@ -200,7 +241,8 @@ class FakeNvml:
     # -- plumbing --
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlFriendlyObject", "nvmlStructToFriendlyObject")):
+        if name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlEventType", "nvmlFriendlyObject",
+                            "nvmlStructToFriendlyObject")):
             return getattr(_real, name)
         raise AttributeError(f"FakeNvml does not model pynvml.{name}; add it to tests/runtime/fake_pynvml.py")
 
@@ -221,6 +263,13 @@ class FakeNvml:
             raise _err(_real.NVML_ERROR_INVALID_ARGUMENT)
         if entry[1].lost:
             raise _err(_real.NVML_ERROR_GPU_IS_LOST)
+        if entry[1].fail:
+            frame = sys._getframe(1)
+            while frame is not None and not frame.f_code.co_name.startswith("nvml"):
+                frame = frame.f_back  # type: ignore[assignment]
+            code = entry[1].fail.get(frame.f_code.co_name) if frame is not None else None
+            if code is not None:
+                raise _err(code)
         return entry
 
     def _device(self, handle: Any) -> FakeGpu:
@@ -318,9 +367,102 @@ class FakeNvml:
         out = []
         for k in range(gpu.processes):
             gi_id, ci_id = (migs[k % len(migs)][0].id, migs[k % len(migs)][1].id) if migs else (0xFFFFFFFF,) * 2
-            out.append(_real.nvmlFriendlyObject({"pid": 1000 + k, "usedGpuMemory": 1 << 30,
+            out.append(_real.nvmlFriendlyObject({"pid": 1000 + k, "usedGpuMemory": gpu.process_memory,
                                                  "gpuInstanceId": gi_id, "computeInstanceId": ci_id}))
         return out
+
+    # -- telemetry --
+
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
+        gpu = self._device(handle)
+        if gpu.mig_current:  # per-GPU utilisation is not reported while MIG is on
+            raise _err(_real.NVML_ERROR_NOT_SUPPORTED)
+        util = _real.c_nvmlUtilization_t()
+        util.gpu, util.memory = gpu.utilization, gpu.utilization // 2
+        return util
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        gpu = self._device(handle)
+        if sensor != _real.NVML_TEMPERATURE_GPU:
+            raise _err(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return gpu.temperature
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        return self._device(handle).power_mw  # milliwatts, as NVML reports
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        gpu = self._device(handle)
+        if counterType not in (_real.NVML_VOLATILE_ECC, _real.NVML_AGGREGATE_ECC) or errorType not in (
+                _real.NVML_MEMORY_ERROR_TYPE_CORRECTED, _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
+            raise _err(_real.NVML_ERROR_INVALID_ARGUMENT)
+        if not gpu.ecc_supported:
+            raise _err(_real.NVML_ERROR_NOT_SUPPORTED)
+        if errorType == _real.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            return 0
+        return gpu.ecc_volatile if counterType == _real.NVML_VOLATILE_ECC else gpu.ecc_aggregate
+
+    # -- events --
+
+    def _event_set(self, eventSet: Any) -> FakeEventSet:
+        self._check_init()
+        addr = ctypes.cast(eventSet, ctypes.c_void_p).value or 0
+        es = self.event_sets.get(addr)
+        if es is None or es.freed:
+            raise _err(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return es
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        gpu = self._device(handle)
+        if not gpu.events_supported:
+            raise _err(_real.NVML_ERROR_NOT_SUPPORTED)
+        return _SUPPORTED_EVENTS if gpu.ecc_supported else _SUPPORTED_EVENTS & ~_ECC_EVENTS
+
+    def nvmlEventSetCreate(self) -> Any:
+        self._check_init()
+        self._next_addr += 0x10
+        self.event_sets[self._next_addr] = FakeEventSet()
+        return self._ptr(self._next_addr, _real.c_nvmlEventSet_t)
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
+        gpu = self._device(handle)
+        es = self._event_set(eventSet)
+        if eventTypes & ~self.nvmlDeviceGetSupportedEventTypes(handle):
+            raise _err(_real.NVML_ERROR_NOT_SUPPORTED)  # some requested type is not supported
+        es.registered[id(gpu)] = es.registered.get(id(gpu), 0) | int(eventTypes)
+
+    def nvmlEventSetWait_v2(self, eventSet: Any, timeoutms: int) -> Any:
+        es = self._event_set(eventSet)
+        self.calls.append(f"nvmlEventSetWait_v2({timeoutms})")
+        if not es.queue:
+            raise _err(_real.NVML_ERROR_TIMEOUT)  # the fake does not sleep
+        gpu, kind, value = es.queue.popleft()
+        data = _real.c_nvmlEventData_t()
+        data.device = self._ptr(gpu.handle, _real.c_nvmlDevice_t)
+        data.eventType, data.eventData = kind, value
+        data.gpuInstanceId = data.computeInstanceId = 0xFFFFFFFF
+        return data
+
+    def nvmlEventSetFree(self, eventSet: Any) -> None:
+        self._event_set(eventSet).freed = True
+
+    # -- fault injection (not pynvml) --
+
+    def _emit(self, gpu: FakeGpu, kind: int, value: int) -> None:
+        for es in self.event_sets.values():
+            if not es.freed and es.registered.get(id(gpu), 0) & kind:
+                es.queue.append((gpu, kind, value))
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        """An Xid critical error on GPU ``index`` (delivered to every event set watching it)."""
+        self._emit(self.gpus[index], _real.nvmlEventTypeXidCriticalError, xid)
+
+    def inject_ecc(self, index: int, count: int = 1, *, event: bool = True) -> None:
+        """``count`` uncorrected ECC errors on GPU ``index``; ``event=False`` only bumps the counters."""
+        gpu = self.gpus[index]
+        gpu.ecc_volatile += count
+        gpu.ecc_aggregate += count
+        if event:
+            self._emit(gpu, _real.nvmlEventTypeDoubleBitEccError, 0)
 
     # -- MIG mode --
 

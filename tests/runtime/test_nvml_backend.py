@@ -54,8 +54,8 @@ def test_fake_uses_real_error_classes_and_structs() -> None:
     assert (info.id, info.sliceCount, info.instanceCount, info.name) == (9, 3, 2, "MIG 3g.40gb")
     with pytest.raises(pynvml.NVMLError_NotSupported):
         fake.nvmlDeviceGetGpuInstanceProfileInfo(h, pynvml.NVML_GPU_INSTANCE_PROFILE_8_SLICE)
-    with pytest.raises(AttributeError, match=r"does not model pynvml\.nvmlDeviceGetPowerUsage"):
-        fake.nvmlDeviceGetPowerUsage  # noqa: B018
+    with pytest.raises(AttributeError, match=r"does not model pynvml\.nvmlDeviceGetClockInfo"):
+        fake.nvmlDeviceGetClockInfo  # noqa: B018
     assert fake.NVML_ERROR_IN_USE == pynvml.NVML_ERROR_IN_USE == 19
     with pytest.raises(pynvml.NVMLError) as exc:
         fake.nvmlDeviceGetHandleByIndex(5)
@@ -324,3 +324,190 @@ def test_real_nvml_inventory_is_read_only_and_well_formed() -> None:
             assert g.uuid.startswith("GPU-") and g.memory_mib > 0 and g.name
             for d in g.mig_devices:
                 assert d.uuid.startswith("MIG-") and "g." in d.profile
+
+
+# --- telemetry ----------------------------------------------------------------------------
+
+
+def test_fake_telemetry_and_event_shapes_are_the_real_ones() -> None:
+    fake = FakeNvml([FakeGpu("H100-80GB", utilization=40, processes=1)])
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    util = fake.nvmlDeviceGetUtilizationRates(h)
+    assert isinstance(util, pynvml.c_nvmlUtilization_t) and (util.gpu, util.memory) == (40, 20)
+    assert fake.nvmlDeviceGetPowerUsage(h) == 70_000  # milliwatts
+    assert fake.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) == 35
+    assert fake.nvmlDeviceGetTotalEccErrors(h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC) == 0
+    (proc,) = fake.nvmlDeviceGetComputeRunningProcesses(h)
+    assert (proc.pid, proc.usedGpuMemory) == (1000, 1 << 30)
+    es = fake.nvmlEventSetCreate()
+    assert isinstance(es, pynvml.c_nvmlEventSet_t)
+    fake.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, es)
+    with pytest.raises(pynvml.NVMLError_Timeout) as exc:
+        fake.nvmlEventSetWait_v2(es, 0)
+    assert exc.value.value == pynvml.NVML_ERROR_TIMEOUT == 10
+    fake.inject_xid(0, 79)
+    fake.inject_ecc(0)  # not registered for ECC events: counted, not delivered
+    data = fake.nvmlEventSetWait_v2(es, 100)
+    assert isinstance(data, pynvml.c_nvmlEventData_t)
+    assert (data.eventType, data.eventData) == (pynvml.nvmlEventTypeXidCriticalError, 79)
+    assert fake.nvmlDeviceGetUUID(data.device) == fake.gpus[0].uuid
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        fake.nvmlEventSetWait_v2(es, 0)
+    assert fake.nvmlDeviceGetTotalEccErrors(h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC) == 1
+    fake.gpus[0].fail["nvmlDeviceGetPowerUsage"] = pynvml.NVML_ERROR_UNKNOWN
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        fake.nvmlDeviceGetPowerUsage(h)
+    assert (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_IN_USE) == (3, 15, 19)
+
+
+def test_telemetry_values_and_units() -> None:
+    be, fake = backend(FakeGpu("H100-80GB", utilization=73, temperature=61, power_mw=312_500, processes=2),
+                       FakeGpu("A100-40GB", mig_current=True), FakeGpu("T4", ecc_supported=False))
+    h, a, t = be.telemetry()
+    assert set(h) == {"hostname", "uuid", "index", "healthy", "utilization_gpu", "memory_used_mib", "memory_total_mib",
+                      "temperature_c", "power_w", "ecc_double_bit", "processes"}
+    assert h["uuid"] == fake.gpus[0].uuid and h["index"] == 0 and h["healthy"]
+    assert (h["utilization_gpu"], h["temperature_c"], h["power_w"], h["ecc_double_bit"]) == (73, 61, 312.5, 0)
+    assert (h["memory_used_mib"], h["memory_total_mib"]) == (2048, 81559)
+    assert h["processes"] == [{"pid": 1000, "used_memory_mib": 1024}, {"pid": 1001, "used_memory_mib": 1024}]
+    assert a["utilization_gpu"] is None and a["memory_total_mib"] == 40960 and "error" not in a  # MIG on
+    assert t["ecc_double_bit"] is None and t["processes"] == [] and "error" not in t
+
+
+def test_telemetry_process_memory_may_be_unknown() -> None:
+    be, _ = backend(FakeGpu(processes=1, process_memory=None))
+    assert be.telemetry()[0]["processes"] == [{"pid": 1000, "used_memory_mib": None}]
+
+
+def test_telemetry_error_on_one_gpu_keeps_the_others() -> None:
+    be, fake = backend(FakeGpu(), FakeGpu(), FakeGpu())
+    fake.gpus[1].fail["nvmlDeviceGetTemperature"] = pynvml.NVML_ERROR_UNKNOWN
+    fake.gpus[2].lost = True
+    g0, g1, g2 = be.telemetry()
+    assert "error" not in g0 and g0["temperature_c"] == 35
+    assert g1["uuid"] == fake.gpus[1].uuid and "Unknown Error" in g1["error"] and not g1["healthy"]
+    assert g1["temperature_c"] is None and g1["index"] == 1
+    assert g2["index"] == 2 and "GPU is lost" in g2["error"]
+    assert [g.healthy for g in be.node(HOST).gpus] == [True, True, False]
+
+
+# --- health events -----------------------------------------------------------------------
+
+
+def test_xid_event_marks_gpu_unhealthy_for_the_life_of_the_backend() -> None:
+    be, fake = backend(FakeGpu(), FakeGpu())
+    assert be.health_events() == []
+    fake.inject_xid(1, 79)
+    fake.inject_xid(0, 13)  # application error (graphics engine exception): not a health event
+    events = be.health_events(timeout_ms=50)
+    assert events == [(fake.gpus[1].uuid, "Xid 79 (critical error)")]
+    assert "nvmlEventSetWait_v2(50)" in fake.calls and "nvmlEventSetWait_v2(0)" in fake.calls
+    assert be.health_events() == []
+    assert [g.healthy for g in be.inventory()[0].gpus] == [True, False]
+    assert [g.healthy for g in be.node(HOST).gpus] == [True, False]
+    assert be.telemetry()[1]["healthy"] is False
+    assert be.unhealthy() == {fake.gpus[1].uuid: "Xid 79 (critical error)"}
+    assert len(fake.event_sets) == 1  # registered once
+
+
+def test_double_bit_ecc_event_and_counter_growth() -> None:
+    be, fake = backend(FakeGpu(), FakeGpu(), FakeGpu())
+    assert be.health_events() == []
+    fake.inject_ecc(0)  # event and counter
+    events = be.health_events()
+    assert (fake.gpus[0].uuid, "double-bit ECC error") in events
+    fake.inject_ecc(2, 3, event=False)  # counter only (an event lost or not supported)
+    (event,) = be.health_events()
+    assert event[0] == fake.gpus[2].uuid and "3 new uncorrected" in event[1]
+    assert be.health_events() == []
+    assert [g.healthy for g in be.node(HOST).gpus] == [False, True, False]
+
+
+def test_ecc_growth_seen_by_telemetry_is_a_health_event() -> None:
+    be, fake = backend(FakeGpu(), FakeGpu())
+    be.telemetry()
+    fake.inject_ecc(1, 2, event=False)
+    t = be.telemetry()
+    assert t[1]["ecc_double_bit"] == 2 and not t[1]["healthy"] and t[0]["healthy"]
+    (event,) = be.health_events()
+    assert event[0] == fake.gpus[1].uuid and "2 new uncorrected" in event[1]
+    assert be.health_events() == []
+
+
+def test_devices_without_event_support_are_skipped() -> None:
+    be, fake = backend(FakeGpu(events_supported=False), FakeGpu("T4", ecc_supported=False), FakeGpu())
+    assert be.health_events() == []
+    assert be.events_unsupported == [0]
+    fake.inject_xid(0, 79)  # not registered: never delivered
+    fake.inject_xid(1, 48)
+    fake.inject_xid(2, 94)
+    assert be.health_events() == [(fake.gpus[1].uuid, "Xid 48 (critical error)"),
+                                  (fake.gpus[2].uuid, "Xid 94 (critical error)")]
+
+
+def test_close_frees_the_event_set() -> None:
+    be, fake = backend(FakeGpu())
+    be.health_events()
+    be.close()
+    assert all(es.freed for es in fake.event_sets.values()) and fake.refcount == 0
+
+
+@pytest.mark.gpu
+def test_real_nvml_telemetry_and_health_are_well_formed() -> None:
+    try:
+        be = NvmlBackend()
+    except BackendError as exc:
+        pytest.skip(str(exc))
+    with be:
+        for t in be.telemetry():
+            assert "error" not in t, t
+            assert t["uuid"].startswith("GPU-") and t["memory_total_mib"] > 0
+        assert isinstance(be.health_events(timeout_ms=10), list)
+
+
+# --- the simulated backend reports telemetry and health in the same shapes ---------------
+
+
+def test_sim_backend_telemetry_and_health_events_match_nvml(tmp_path) -> None:
+    from rlsched.runtime.sim_backend import SimulatedBackend, build_fleet, read_fleet, write_json_atomic
+
+    path = tmp_path / "fleet.json"
+    data = build_fleet("1x2xH100-80GB,1x1xA100-40GB:balanced")
+    g0, g1 = data["nodes"][0]["gpus"]
+    g0["telemetry"] = {"utilization_gpu": 40, "temperature_c": 55, "power_w": 300.5, "ecc_double_bit": 0}
+    g1["xid"] = [13, 79]
+    write_json_atomic(path, data)
+    read_fleet(path)  # the new keys validate
+    sim = SimulatedBackend(path)
+    rows = sim.telemetry()
+    nv_be, _ = backend(FakeGpu())
+    assert set(rows[0]) == set(nv_be.telemetry()[0])
+    assert (rows[0]["utilization_gpu"], rows[0]["power_w"], rows[0]["memory_total_mib"]) == (40, 300.5, 81559)
+    assert rows[2]["utilization_gpu"] is None  # MIG on, as NVML
+    host = data["nodes"][0]["hostname"]
+    assert sim.health_events() == [(g1["uuid"], "Xid 79 (critical error)")]  # Xid 13 is an application error
+    assert sim.health_events() == []
+    assert [g.healthy for g in sim.node(host).gpus] == [True, False]
+    sim.set_telemetry(host, g0["uuid"], ecc_double_bit=2)
+    sim.inject_xid(host, g1["uuid"], 48)
+    events = sim.health_events()
+    assert events[0][0] == g0["uuid"] and "2 new uncorrected" in events[0][1]
+    assert events[1] == (g1["uuid"], "Xid 48 (critical error)")
+    assert [g.healthy for g in sim.inventory()[0].gpus] == [False, False]
+    assert SimulatedBackend(path).inventory()[0].gpus[0].healthy  # per backend object; the file is unchanged
+
+
+@pytest.mark.parametrize(("gpu_patch", "message"), [
+    ({"telemetry": {"utilisation_gpu": 1}}, "did you mean 'utilization_gpu'"),
+    ({"telemetry": {"power_w": "high"}}, "must be a number"),
+    ({"telemetry": {"ecc_double_bit": 1.5}}, "integer count"),
+    ({"xid": [79, "x"]}, "positive integers"),
+])
+def test_sim_fleet_health_fields_are_validated(tmp_path, gpu_patch, message: str) -> None:
+    from rlsched.runtime.sim_backend import build_fleet, validate_fleet
+
+    data = build_fleet("1x1xH100-80GB")
+    data["nodes"][0]["gpus"][0].update(gpu_patch)
+    with pytest.raises(BackendError, match=message):
+        validate_fleet(data)
