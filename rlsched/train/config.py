@@ -24,7 +24,7 @@ An experiment names what to train on and how (keys not listed are errors with a
     vec_env: subproc                    # subproc | dummy
     total_steps: 200000
     seed: 0
-    bc: {steps: 20000, epochs: 5}       # behaviour-cloning warm start (0 steps = off)
+    bc: {steps: 20000, epochs: 5, teacher: sjf}  # behaviour-cloning warm start (0 steps = off)
     eval_every_steps: 50000
     checkpoint_every_steps: 25000
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
@@ -79,6 +79,8 @@ class BcParams:
     steps: int = 0
     epochs: int = 5
     learning_rate: float = 1e-3
+    #: the heuristic imitated (rlsched.train.teacher.TEACHERS)
+    teacher: str = "weighted-priority"
 
 
 @dataclass(frozen=True)
@@ -314,6 +316,10 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         output=out, source=str(path),
     )
+    from rlsched.train.teacher import TEACHERS
+
+    if exp.bc.teacher not in TEACHERS:
+        raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}, got {exp.bc.teacher!r}")
     for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),
                     ("window", exp.window), ("max_pools", exp.max_pools), ("eval_max_jobs", exp.eval_max_jobs)):
         if v < 1:

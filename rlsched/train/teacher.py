@@ -1,11 +1,14 @@
-"""The weighted-priority heuristic expressed in the codec's action space (for behaviour cloning).
+"""Heuristic teachers expressed in the codec's action space (for behaviour cloning).
 
 DL2 warm-started its RL scheduler by imitating the incumbent. Our incumbent (and
-the runtime fallback) is weighted-priority, so the teacher picks, among legal
-place actions, the window job with the highest ``0.6 x priority + 0.4 x wait``
-score (normalised over the window) in the cheapest legal pool; with nothing to
-place it buys one node in the cheapest elastic pool that can grow (when none is
-already provisioning), else waits. It never reconfigures MIG.
+the runtime fallback) is weighted-priority, so the default teacher picks, among
+legal place actions, the window job with the highest ``0.6 x priority + 0.4 x wait``
+score (normalised over the window) in the cheapest legal pool. The ``sjf`` teacher
+picks the window job with the shortest *estimated* duration (the estimator every
+scheduler sees, never the true one), oldest first on ties: a stronger starting
+point on mean JCT that PPO then has to improve on. With nothing to place, both buy
+one node in the cheapest elastic pool that can grow (when none is already
+provisioning), else wait. Neither reconfigures MIG.
 """
 
 from __future__ import annotations
@@ -15,10 +18,15 @@ import numpy as np
 from rlsched.cluster.model import ClusterState, NodeStatus, PoolKind
 from rlsched.envs.codec import ObservationCodec
 
+#: teacher names accepted by ``bc.teacher`` in an experiment file
+TEACHERS = ("weighted-priority", "sjf")
+
 
 def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
-                   w_priority: float = 0.6, w_wait: float = 0.4) -> int:
-    """The weighted-priority choice among the legal actions in ``mask``."""
+                   w_priority: float = 0.6, w_wait: float = 0.4, rule: str = "weighted-priority") -> int:
+    """The teacher's choice (``rule``, one of :data:`TEACHERS`) among the legal actions in ``mask``."""
+    if rule not in TEACHERS:
+        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
     k_slots, p_slots = codec.window, codec.max_pools
     runs = codec.window_runs(state)
     pools = list(state.pools.values())[:p_slots]
@@ -36,12 +44,17 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
         prios = [r.job.priority for r in runs]
         waits = [now - r.job.submit_time for r in runs]
         pmin, pmax, wmax = min(prios), max(prios), max(waits)
-        scores = [
-            (w_priority * ((p - pmin) / (pmax - pmin) if pmax > pmin else 0.0)
-             + w_wait * (w / wmax if wmax > 0 else 0.0), -i)
-            for i, (p, w) in enumerate(zip(prios, waits, strict=True))
-        ]
-        for _, neg_i in sorted(scores, reverse=True):
+        if rule == "sjf":
+            est = state.estimator.estimate
+            # highest score first: shortest estimate, then the longest wait, then slot order
+            scores = [(-est(r.job), w, -i) for i, (r, w) in enumerate(zip(runs, waits, strict=True))]
+        else:
+            scores = [
+                (w_priority * ((p - pmin) / (pmax - pmin) if pmax > pmin else 0.0)
+                 + w_wait * (w / wmax if wmax > 0 else 0.0), 0.0, -i)
+                for i, (p, w) in enumerate(zip(prios, waits, strict=True))
+            ]
+        for *_, neg_i in sorted(scores, reverse=True):
             k = -neg_i
             for p in order:
                 a = k * p_slots + p

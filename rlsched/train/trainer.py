@@ -83,7 +83,7 @@ def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
 
 @dataclass
 class TeacherData:
-    """Transitions of the weighted-priority teacher (for cloning and for the reward scale)."""
+    """Transitions of the heuristic teacher (for cloning and for the reward scale)."""
 
     obs: dict[str, np.ndarray]
     masks: np.ndarray
@@ -102,7 +102,7 @@ def collect_teacher(exp: Experiment, worlds: list[World], steps: int) -> Teacher
     for i in range(steps):
         inner = env.current
         mask = inner.action_masks()
-        a = teacher_action(inner.codec, inner.engine.state, mask)
+        a = teacher_action(inner.codec, inner.engine.state, mask, rule=exp.bc.teacher)
         for k, v in obs.items():
             observations[k].append(v)
         masks.append(mask.copy())
@@ -135,7 +135,7 @@ def reward_scale_from(returns: np.ndarray) -> float:
 
 def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float,
                     log: Callable[[str], None]) -> dict[str, float]:
-    """Warm start: imitate the weighted-priority teacher (DL2-style) and fit the critic to its returns.
+    """Warm start: imitate the heuristic teacher (DL2-style) and fit the critic to its returns.
 
     A cloned actor with an untrained critic gets garbage advantages, and PPO then
     unlearns the clone in its first updates; fitting the value head to the teacher's
@@ -413,7 +413,7 @@ def train(
             "steps": int(model.num_timesteps),
             "seed": exp.seed,
             "wall_s": round(train_wall, 1),
-            "behaviour_cloning": bc_stats,
+            "behaviour_cloning": {"teacher": exp.bc.teacher, **bc_stats} if bc_stats else None,
             "git_commit": _git_commit(),
             "metrics": {"eval": ev["summary"], "eval_relative": ev["relative"],
                         "holdout": ho["summary"] if ho else None,

@@ -56,6 +56,8 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("forecast: {model: seasonal-naive, tau_s: 60}\n", "tau_s do not apply"),
         ("forecast: {horizon_s: 0}\n", "must be > 0"),
         ("forecast: {tau_s: -1}\n", "tau_s must be > 0"),
+        ("bc: {teacher: srtf}\n", "bc.teacher must be one of weighted-priority, sjf"),
+        ("bc: {techer: sjf}\n", "did you mean 'teacher'"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
