@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(rich_markup_mode=None, 
+app = typer.Typer(
+    rich_markup_mode=None,
     name="rlsched",
     help="Adaptive GPU-pool scheduler: simulate, learn, plan and serve.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-trace_app = typer.Typer(rich_markup_mode=None, help="Read and convert job traces.", no_args_is_help=True)
-market_app = typer.Typer(rich_markup_mode=None, help="Read and convert spot/on-demand market data.", no_args_is_help=True)
+trace_app = typer.Typer(rich_markup_mode=None,
+                   help="Read and convert job traces.", no_args_is_help=True)
+market_app = typer.Typer(rich_markup_mode=None,
+                   help="Read and convert spot/on-demand market data.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 app.add_typer(market_app, name="market")

@@ -21,7 +21,8 @@ from rlsched.cli.app import app
 from rlsched.errors import RlschedError
 from rlsched.runtime.backend import GpuInfo, NodeInfo
 
-inventory_app = typer.Typer(rich_markup_mode=None, help="Create and inspect GPU inventories (simulated fleets or this machine).",
+inventory_app = typer.Typer(rich_markup_mode=None,
+                   help="Create and inspect GPU inventories (simulated fleets or this machine).",
                             no_args_is_help=True)
 app.add_typer(inventory_app, name="inventory")
 

@@ -4,6 +4,7 @@ import rlsched.cli.backend_cmd
 import rlsched.cli.market_cmd
 import rlsched.cli.plan_cmd
 import rlsched.cli.registry_cmd
+import rlsched.cli.service_cmd
 import rlsched.cli.simulate_cmd
 import rlsched.cli.spec_cmd
 import rlsched.cli.trace_cmd

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from rlsched.runtime.backend import GpuBackend
     from rlsched.spec.model import Diagnostic, Spec
 
-state_app = typer.Typer(help="Inspect rlsched state.", no_args_is_help=True)
+state_app = typer.Typer(rich_markup_mode=None,
+                   help="Inspect rlsched state.", no_args_is_help=True)
 app.add_typer(state_app, name="state")
 
 BackendOpt = Annotated[str | None, typer.Option(
@@ -214,8 +215,20 @@ def apply_cmd(
     lock_timeout: LockTimeoutOpt = 0.0,
     var: VarOpt = None,
     var_file: VarFileOpt = None,
+    no_serve: Annotated[bool, typer.Option(
+        "--no-serve", "-no-serve", help="Do not start or reload the scheduler service afterwards.")] = False,
+    service_state_dir: Annotated[Path | None, typer.Option(
+        "--service-state-dir", help="State dir of the scheduler service; default: .rlsched-service/<spec name> "
+                                    "beside the spec.")] = None,
+    service_listen: Annotated[str, typer.Option(
+        "--service-listen", help="HOST:PORT a newly started service listens on.")] = "127.0.0.1:8470",
 ) -> None:
-    """Apply a saved plan exactly (no prompt), or plan the spec, ask for 'yes', and apply."""
+    """Apply a saved plan exactly (no prompt), or plan the spec, ask for 'yes', and apply.
+
+    Afterwards, when the spec declares a ``policy`` block, the scheduler service is
+    made to run it: started detached if it is not running, else hot-reloaded
+    (queued and running jobs are kept). ``--no-serve`` skips this.
+    """
     from rlsched.plan.apply import Applier, ApplyOptions
     from rlsched.plan.planfile import config_hash, load_plan, looks_like_plan_file
     from rlsched.plan.render import NO_CHANGES, render_plan
@@ -233,11 +246,15 @@ def apply_cmd(
             _err("Warning: the spec files changed since this plan was made; applying the saved plan as planned")
         with locked(store, "apply", timeout=lock_timeout, warn=_err):
             applier = Applier(saved.plan, be, store, store.read(), opts)
-            if not saved.plan.has_changes:
-                typer.echo(NO_CHANGES)
+            result = applier.run() if saved.plan.has_changes else None
+        typer.echo(f"\n{result.line()}" if result is not None else NO_CHANGES)
+        if not no_serve and files and all(f.exists() for f in files):
+            try:
+                saved_spec = _load_spec(files, None, _var_args(saved.variables))
+            except (RlschedError, typer.Exit):
+                _err("Warning: cannot load the plan's spec files; the scheduler service was not started/reloaded")
                 return
-            result = applier.run()
-        typer.echo(f"\n{result.line()}")
+            _ensure_service(saved_spec, files, backend or saved.backend, service_state_dir, service_listen)
         return
 
     spec = _load_spec(targets, var_file, var)
@@ -247,15 +264,48 @@ def apply_cmd(
         p = _make_plan(spec, be, store)
         _check_plan(p)
         typer.echo(render_plan(p), nl=False)
-        if not p.has_changes:
-            return
-        if not auto_approve and not _ask_yes():
-            from rlsched.plan.errors import ApprovalError
+        result = None
+        if p.has_changes:
+            if not auto_approve and not _ask_yes():
+                from rlsched.plan.errors import ApprovalError
 
-            raise ApprovalError("Apply cancelled.")
-        typer.echo("")
-        result = Applier(p, be, store, store.read(), opts).run()
-    typer.echo(f"\n{result.line()}")
+                raise ApprovalError("Apply cancelled.")
+            typer.echo("")
+            result = Applier(p, be, store, store.read(), opts).run()
+    if result is not None:
+        typer.echo(f"\n{result.line()}")
+    if not no_serve:
+        _ensure_service(spec, targets, _backend_string(backend), service_state_dir, service_listen)
+
+
+def _var_args(variables: Mapping[str, Any]) -> list[str]:
+    from rlsched.service.config import ServiceConfig
+
+    return ServiceConfig(spec_paths=[Path(".")], state_dir=Path("."), variables=dict(variables)).var_args()
+
+
+def _ensure_service(spec: Spec, files: Sequence[Path], backend: str | None, state_dir: Path | None,
+                    listen: str) -> None:
+    """After apply: make the scheduler service run the spec's policy (start it, or hot-reload the running one)."""
+    if not spec.policies:
+        return
+    from rlsched.service.client import Client
+    from rlsched.service.config import ServiceConfig, default_state_dir
+    from rlsched.service.daemon import find_running, start_detached
+
+    paths = [Path(f).resolve() for f in files]
+    sd = (state_dir or default_state_dir(paths[0])).resolve()
+    running = find_running(sd)
+    if running is not None:
+        out = Client(running.url, state_dir=sd).reload(paths)
+        policy = out.get("policy") if isinstance(out, dict) else None
+        what = f" (policy {policy})" if isinstance(policy, str) and policy else ""
+        typer.echo(f"\nScheduler service at {running.url} reloaded{what}; queued and running jobs kept.")
+        return
+    config = ServiceConfig(spec_paths=paths, state_dir=sd, backend=backend, variables=dict(spec.variables))
+    info = start_detached(config, listen)
+    typer.echo(f"\nScheduler service started at {info.url} (pid {info.pid}, state dir {sd}, "
+               f"log {sd / 'service.log'}).")
 
 
 # --- state, force-unlock ---------------------------------------------------------------------

@@ -23,7 +23,8 @@ from rich.table import Table
 
 from rlsched.cli.app import app
 
-models_app = typer.Typer(rich_markup_mode=None, help="The MLflow model registry of trained policies.", no_args_is_help=True)
+models_app = typer.Typer(rich_markup_mode=None,
+                   help="The MLflow model registry of trained policies.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 
 

@@ -131,8 +131,9 @@ class SubmitBody(BaseModel):
     argv: list[Arg] = Field(min_length=1, max_length=MAX_ARGV,
                             description="Program and arguments, run without a shell; argv[0] must not be empty.")
     gpus: StrictInt | None = Field(None, ge=1, le=MAX_GPUS, description="Whole GPUs (default 1 when no `mig`).")
-    mig: str | None = Field(None, json_schema_extra={"pattern": MIG_PATTERN}, max_length=32, description="A MIG profile instead of whole GPUs, e.g. "
-                                                                   "`3g.40gb` (must exist in the GPU catalogue).")
+    mig: str | None = Field(None, json_schema_extra={"pattern": MIG_PATTERN}, max_length=32,
+                            description="A MIG profile instead of whole GPUs, e.g. `3g.40gb` (must exist in the "
+                                        "GPU catalogue).")
     priority: StrictInt = Field(0, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="Higher runs first.")
     user: str = Field("anonymous", pattern=USER_PATTERN, description="Who submits (quotas are per user/principal).")
     preemptible: StrictBool = Field(False, description="May be stopped (SIGTERM, grace, SIGKILL) and requeued.")

@@ -1,0 +1,246 @@
+"""The HTTP API of ``rlsched serve``: a real uvicorn server in a subprocess, real HTTP requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from http.client import HTTPConnection
+from pathlib import Path
+
+import pytest
+
+from .serving import Served, detail, http, start_serve, wait_for, write_workspace
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("api")
+    spec, fleet = write_workspace(root)
+    s = start_serve(spec, fleet, root / "state")
+    yield s
+    assert s.stop() == 0, s.log_text()[-3000:]
+    assert not (s.state_dir / "server.json").exists()
+    assert "Traceback" not in s.log_text(), s.log_text()[-5000:]
+
+
+def submit(s: Served, body: dict[str, object], **headers: str) -> tuple[int, dict[str, str], bytes]:
+    return http("POST", s.url + "/v1/jobs", token=s.token, body=body, headers=headers)
+
+
+def test_token_file_is_private_and_required(served: Served) -> None:
+    mode = stat.S_IMODE(os.stat(served.state_dir / "token").st_mode)
+    assert mode == 0o600
+    status, _, body = http("GET", served.url + "/healthz")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    for path in ("/v1/jobs", "/v1/info", "/v1/audit", "/metrics"):
+        status, headers, body = http("GET", served.url + path)
+        assert status == 401, path
+        assert headers["www-authenticate"].startswith("Bearer")
+        assert "missing bearer token" in detail(body)
+        status, headers, body = http("GET", served.url + path, token="not-the-token")
+        assert status == 401 and detail(body) == "invalid bearer token"
+        assert 'error="invalid_token"' in headers["www-authenticate"]
+    status, _, _ = http("POST", served.url + "/v1/jobs", body={"argv": ["true"]})
+    assert status == 401
+    status, _, _ = http("GET", served.url + "/v1/jobs", headers={"Authorization": f"Basic {served.token}"})
+    assert status == 401
+    status, _, body = http("GET", served.url + "/v1/jobs", token=served.token)
+    assert status == 200 and isinstance(json.loads(body), list)
+
+
+@pytest.mark.parametrize(("body", "field", "words"), [
+    ({"argv": ["true"], "gpus": "two"}, "gpus", "valid integer"),
+    ({"argv": ["true"], "gpus": "2"}, "gpus", "valid integer"),
+    ({"argv": ["true"], "gpus": -1}, "gpus", "greater than or equal to 1"),
+    ({"argv": ["true"], "gpus": 0}, "gpus", "greater than or equal to 1"),
+    ({"argv": ["true"], "gpus": 100000}, "gpus", "less than or equal to"),
+    ({"argv": ["true"], "gpus": 1.5}, "gpus", "valid integer"),
+    ({"argv": ["true"], "mig": "5g.33gb"}, "mig", "unknown MIG profile '5g.33gb'"),
+    ({"argv": ["true"], "mig": "big"}, "mig", "unknown MIG profile 'big'"),
+    ({"argv": ["true"], "mig": "3g.40gb", "gpus": 2}, "", "either gpus or mig"),
+    ({"argv": []}, "argv", "at least 1 item"),
+    ({"argv": "sleep 10"}, "argv", "valid list"),
+    ({"argv": ["", "x"]}, "argv", "argv[0]"),
+    ({"argv": ["true", 3]}, "argv[1]", "valid string"),
+    ({}, "argv", "required"),
+    ({"argv": ["true"], "priority": 10**9}, "priority", "less than or equal to 1000"),
+    ({"argv": ["true"], "priority": "high"}, "priority", "valid integer"),
+    ({"argv": ["true"], "user": "robert'); DROP TABLE jobs;--"}, "user", "invalid value, expected 1-64 letters"),
+    ({"argv": ["true"], "preemptible": "yes"}, "preemptible", "valid boolean"),
+    ({"argv": ["true"], "deadline": -5}, "deadline", "greater than 0"),
+    ({"argv": ["true"], "cpus": -2}, "cpus", "greater than 0"),
+    ({"argv": ["true"], "colour": "blue"}, "colour", "unknown field"),
+])
+def test_bad_submissions_get_422_naming_the_field(served: Served, body: dict[str, object], field: str,
+                                                  words: str) -> None:
+    status, _, raw = submit(served, body)
+    assert status == 422, raw
+    msg = detail(raw)
+    assert "\n" not in msg and words in msg, msg
+    if field:
+        assert msg.startswith(f"{field}:") or f"{field}: " in msg, msg
+
+
+def test_non_json_and_non_object_bodies_get_422(served: Served) -> None:
+    status, _, raw = http("POST", served.url + "/v1/jobs", token=served.token, raw=b"{not json")
+    assert status == 422 and "not valid JSON" in detail(raw)
+    status, _, raw = http("POST", served.url + "/v1/jobs", token=served.token, body=["true"])
+    assert status == 422 and "expected a JSON object" in detail(raw)
+
+
+def test_bad_query_and_path_parameters_get_422_or_404(served: Served) -> None:
+    status, _, raw = http("GET", served.url + "/v1/jobs?state=sleeping", token=served.token)
+    assert status == 422 and "query parameter state[0]" in detail(raw)
+    status, _, raw = http("GET", served.url + "/v1/audit?limit=-1", token=served.token)
+    assert status == 422 and "query parameter limit" in detail(raw)
+    status, _, raw = http("GET", served.url + "/v1/jobs/j-doesnotexist", token=served.token)
+    assert status == 404 and "j-doesnotexist" in detail(raw)
+    status, _, raw = http("POST", served.url + "/v1/jobs/j-doesnotexist/cancel", token=served.token)
+    assert status == 404
+    status, _, raw = http("GET", served.url + "/v1/jobs/" + urllib.parse.quote("a b;c", safe=""), token=served.token)
+    assert status == 422 and "path parameter job_id" in detail(raw)
+
+
+def test_huge_payloads_get_413(served: Served) -> None:
+    big = {"argv": ["echo", "x" * 8000] * 20}  # ~160 KiB > the 64 KiB limit
+    status, _, raw = submit(served, big)
+    assert status == 413 and "too large" in detail(raw)
+    # Chunked upload without Content-Length: cut off by what arrives, not by the header.
+    u = urllib.parse.urlsplit(served.url)
+    conn = HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.putrequest("POST", "/v1/jobs")
+        conn.putheader("Authorization", f"Bearer {served.token}")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        chunk = b"[" + b'"x",' * 8000
+        for _ in range(3):
+            conn.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+        resp = conn.getresponse()
+        assert resp.status == 413 and b"too large" in resp.read()
+    finally:
+        conn.close()
+    # A huge argument list within the limit is refused by its own constraint.
+    status, _, raw = submit(served, {"argv": ["true"] * 2000})
+    assert status == 422 and "argv" in detail(raw)
+
+
+def test_submit_idempotency_status_cancel_logs_audit(served: Served) -> None:
+    body = {"argv": [sys.executable, "-c", "print('hello from the job', flush=True); import time; time.sleep(60)"],
+            "gpus": 1, "user": "alice", "priority": 3}
+    status, _, raw = submit(served, body, **{"Idempotency-Key": "retry-1"})
+    assert status == 201, raw
+    job = json.loads(raw)["id"]
+    status, _, raw = submit(served, body, **{"Idempotency-Key": "retry-1"})
+    assert status == 201 and json.loads(raw)["id"] == job  # a retry is the same job
+    status, _, raw = submit(served, {**body, "priority": 4}, **{"Idempotency-Key": "retry-1"})
+    assert status == 409 and "retry-1" in detail(raw)
+
+    def running() -> bool:
+        st, _, r = http("GET", f"{served.url}/v1/jobs/{job}", token=served.token)
+        return st == 200 and json.loads(r)["state"] == "running"
+
+    wait_for(running, what="the job to run")
+    st, _, r = http("GET", f"{served.url}/v1/jobs/{job}", token=served.token)
+    view = json.loads(r)
+    assert view["id"] == job and view["user"] == "alice" and view["request"]["argv"] == body["argv"]
+
+    def logged() -> bool:
+        st, headers, r = http("GET", f"{served.url}/v1/jobs/{job}/logs", token=served.token)
+        assert st == 200 and headers["content-type"].startswith("text/plain")
+        return b"hello from the job" in r
+
+    wait_for(logged, what="the job's output")
+    st, headers, r = http("GET", f"{served.url}/v1/jobs/{job}/logs?tail=6", token=served.token)
+    assert st == 200 and 0 < len(r) <= 6 and int(headers["x-rlsched-log-offset"]) > 0
+    st, _, r = http("POST", f"{served.url}/v1/jobs/{job}/cancel", token=served.token)
+    assert st == 200 and json.loads(r)["id"] == job
+
+    def cancelled() -> bool:
+        _st, _, r = http("GET", f"{served.url}/v1/jobs/{job}", token=served.token)
+        return json.loads(r)["state"] == "cancelled"
+
+    wait_for(cancelled, what="the cancel to complete")
+    st, _, r = http("GET", f"{served.url}/v1/audit?job={job}", token=served.token)
+    events = [a["event"] for a in json.loads(r)]
+    assert events[0] == "submission" and "allocation" in events and "cancel" in events
+    first = json.loads(r)[0]["id"]
+    st, _, r = http("GET", f"{served.url}/v1/audit?job={job}&since={first}&limit=1", token=served.token)
+    assert [a["id"] for a in json.loads(r)] == [json.loads(r)[0]["id"]] and json.loads(r)[0]["id"] > first
+    st, _, r = http("GET", f"{served.url}/v1/jobs?state=cancelled", token=served.token)
+    assert job in [j["id"] for j in json.loads(r)]
+
+
+def test_quota_refusal_is_403(served: Served) -> None:
+    status, _, raw = submit(served, {"argv": ["true"], "gpus": 3, "user": "intern", "pool": "train"})
+    assert status == 403, raw
+    assert "quota" in detail(raw).lower() and "interns" in detail(raw)
+
+
+def test_mig_submission_runs_on_a_mig_uuid(served: Served) -> None:
+    show = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
+    status, _, raw = submit(served, {"argv": [sys.executable, "-c", show], "mig": "1g.10gb"})
+    assert status == 201, raw
+    job = json.loads(raw)["id"]
+
+    def done() -> dict[str, object] | None:
+        _st, _, r = http("GET", f"{served.url}/v1/jobs/{job}", token=served.token)
+        v = json.loads(r)
+        return v if v["state"] in ("done", "failed") else None
+
+    view = wait_for(done, what="the MIG job")
+    assert view["state"] == "done", view
+    _, _, out = http("GET", f"{served.url}/v1/jobs/{job}/logs", token=served.token)
+    seen = out.decode().strip().splitlines()[-1]
+    assert seen.startswith("MIG-") and seen in view["devices"], out  # type: ignore[operator]
+
+
+def test_openapi_describes_the_api(served: Served) -> None:
+    status, _, raw = http("GET", served.url + "/openapi.json")
+    assert status == 200
+    doc = json.loads(raw)
+    assert doc["info"]["title"] == "rlsched scheduler service"
+    paths = doc["paths"]
+    for p, method in [("/v1/jobs", "post"), ("/v1/jobs", "get"), ("/v1/jobs/{job_id}", "get"),
+                      ("/v1/jobs/{job_id}/cancel", "post"), ("/v1/jobs/{job_id}/logs", "get"), ("/v1/audit", "get"),
+                      ("/v1/info", "get"), ("/v1/reload", "post"), ("/metrics", "get"), ("/healthz", "get")]:
+        assert method in paths[p], (p, method)
+    post = paths["/v1/jobs"]["post"]
+    assert {"201", "401", "403", "409", "413", "422"} <= set(post["responses"])
+    assert any(p["name"] == "Idempotency-Key" for p in post["parameters"])
+    body = doc["components"]["schemas"]["SubmitBody"]
+    assert body["required"] == ["argv"]
+    gpus = next(s for s in body["properties"]["gpus"]["anyOf"] if s.get("type") == "integer")
+    assert gpus["minimum"] == 1
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert {t["name"] for t in doc["tags"]} == {"jobs", "audit", "service"}
+
+
+def test_metrics_and_info(served: Served) -> None:
+    status, headers, raw = http("GET", served.url + "/metrics", token=served.token)
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    assert status == 200 and headers["content-type"] == CONTENT_TYPE_LATEST
+    text = raw.decode()
+    assert "# TYPE" in text and "rlsched_" in text
+    status, _, raw = http("GET", served.url + "/v1/info", token=served.token)
+    assert status == 200 and isinstance(json.loads(raw), dict)
+
+
+def test_reload_keeps_the_service_and_refuses_a_bad_spec(served: Served, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.hcl"
+    bad.write_text('pool "x" { gpu_model = "H100-80GB" nodes = [ }\n')
+    status, _, raw = http("POST", served.url + "/v1/reload", token=served.token, body={"spec_paths": [str(bad)]})
+    assert status == 422 and "bad.hcl" in detail(raw) and "\n" not in detail(raw)
+    status, _, raw = http("POST", served.url + "/v1/reload", token=served.token, body={"colour": 1})
+    assert status == 422 and "colour: unknown field" in detail(raw)
+    status, _, raw = http("POST", served.url + "/v1/reload", token=served.token, body={})
+    assert status == 200, raw
+    status, _, _ = http("GET", served.url + "/healthz")
+    assert status == 200
