@@ -1,10 +1,14 @@
 """Decision latency of the service's scheduler: PPO behind the fallback guard vs the heuristic.
 
-What is measured: one *decision* is one call of ``decide(state)`` at a decision
-point, consumed until exhausted (every yielded decision applied to the simulator
-state in between, apply time excluded) - what the scheduler service does on every
-arrival/completion. Timed per decision point with ``Timed`` from
-``policy_latency.py``. For each cluster size and queue length:
+What is measured: a *decision point* is one call of ``decide(state)``, consumed
+until exhausted (every yielded decision applied to the simulator state in
+between, apply time excluded) - what the scheduler service does on every
+arrival/completion. Timed with ``Timed`` from ``policy_latency.py``: "point"
+columns per decision point; "per-decision" columns per yielded decision (one
+placement), i.e. the ``next()`` that produced it - what the service's
+decision-latency histogram observes. A point's time is the sum of its
+decisions' plus the final ``next()`` that ends it. For each cluster size and
+queue length:
 
 * the state is built the way the simulator builds it: ``Engine`` over
   ``parse_cluster("<N>x8xA100-80GB")`` (ready on-prem nodes), filled by the
@@ -20,11 +24,13 @@ arrival/completion. Timed per decision point with ``Timed`` from
 
 Schedulers: (a) ``FallbackScheduler(PpoScheduler(models/default), weighted-priority)``
 with the default guard (50 ms budget; the fallback count is printed so a run where
-the guard stepped in is visible), (b) ``weighted-priority`` alone. torch uses one
-thread (``--threads``).
+the guard stepped in is visible), (b) ``weighted-priority`` alone. The PPO forward
+pass is the numpy one ``PpoScheduler`` serves with (``--inference torch``: the torch
+module instead, one thread by default, ``--threads``).
 
     python benchmarks/decision_latency.py            # full table (a few minutes)
     python benchmarks/decision_latency.py --quick    # smoke run (seconds)
+    python benchmarks/decision_latency.py --inference torch   # the torch forward, for comparison
 """
 
 from __future__ import annotations
@@ -88,20 +94,27 @@ def build_state(nodes: int, queued: int, seed: int) -> bytes:
     return pickle.dumps(eng)
 
 
-def make_schedulers(model_dir: Path) -> dict[str, Any]:
+def make_schedulers(model_dir: Path, inference: str = "numpy") -> dict[str, Any]:
     from rlsched.policies import make_policy
     from rlsched.policies.ppo import PolicyModel, PpoScheduler
     from rlsched.runtime.guard import FallbackScheduler
 
     model = PolicyModel.load(model_dir)
+    if inference == "torch":
+        model.numpy_net = None  # the torch forward (the reference; what served before the numpy path)
     return {
         "ppo+guard": FallbackScheduler(PpoScheduler(model), make_policy("weighted-priority")),
         "weighted-priority": make_policy("weighted-priority"),
     }
 
 
-def sample(sched: Any, snapshot: bytes) -> tuple[float, int]:
-    """(seconds, decisions) of one decision point on a fresh copy of ``snapshot``."""
+def sample(sched: Any, snapshot: bytes) -> tuple[float, int, list[float]]:
+    """(seconds, decisions, seconds of each decision) of one decision point on a fresh copy of ``snapshot``.
+
+    A decision's time is that of the ``next()`` that yielded it (what the service's
+    decision-latency histogram observes); the point's time adds the final ``next()``
+    that ends the point (the policy's last look at the state, when it chooses to wait).
+    """
     eng = pickle.loads(snapshot)
     reset = getattr(sched, "reset", None)
     if callable(reset):
@@ -109,24 +122,31 @@ def sample(sched: Any, snapshot: bytes) -> tuple[float, int]:
     timed = Timed(sched)
     for d in timed.decide(eng.state):
         eng.apply(d)
-    return timed.point_samples[-1], timed.point_decisions[-1]
+    return timed.point_samples[-1], timed.point_decisions[-1], timed.samples[:-1]
 
 
 def measure(sched: Any, snapshots: list[bytes], warmup: int, repeats: int, samples: int) -> dict[str, float]:
     for i in range(warmup):
         sample(sched, snapshots[i % len(snapshots)])
-    p50s, p99s, decisions = [], [], []
+    p50s, p99s, decisions, d50s, d99s = [], [], [], [], []
     for _ in range(repeats):
         gc.collect()
-        xs = []
+        xs: list[float] = []
+        ds: list[float] = []
         for i in range(samples):
-            dt, n = sample(sched, snapshots[i % len(snapshots)])
+            dt, n, each = sample(sched, snapshots[i % len(snapshots)])
             xs.append(dt * 1e3)
+            ds.extend(x * 1e3 for x in each)
             decisions.append(n)
         p50s.append(float(np.percentile(xs, 50)))
         p99s.append(float(np.percentile(xs, 99)))
+        if ds:
+            d50s.append(float(np.percentile(ds, 50)))
+            d99s.append(float(np.percentile(ds, 99)))
+    nan = float("nan")
     return {"p50": statistics.median(p50s), "p99": statistics.median(p99s),
-            "p99_min": min(p99s), "p99_max": max(p99s), "decisions": float(np.mean(decisions))}
+            "p99_min": min(p99s), "p99_max": max(p99s), "decisions": float(np.mean(decisions)),
+            "d50": statistics.median(d50s) if d50s else nan, "d99": statistics.median(d99s) if d99s else nan}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--states", type=int, default=5, help="distinct snapshots (seeds) per configuration")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--inference", choices=("numpy", "torch"), default="numpy",
+                    help="PPO forward pass: numpy (what PpoScheduler serves with) or the torch module")
     ap.add_argument("--quick", action="store_true", help="smoke run: 10/100 jobs on 8/64 GPUs, few samples")
     args = ap.parse_args(argv)
     if args.quick:
@@ -148,15 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    scheds = make_schedulers(Path(args.model))
+    scheds = make_schedulers(Path(args.model), args.inference)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"decision = decide() at one decision point consumed until exhausted (apply excluded); "
+    print(f"point = decide() at one decision point consumed until exhausted (apply excluded); "
+          f"per-decision = one yielded decision (one next()); "
           f"median over {args.repeats} repeats x {args.samples} samples (+{args.warmup} warm-up), "
-          f"{args.states} snapshots; torch threads={args.threads}; load average at start {load:.2f} "
+          f"{args.states} snapshots; PPO inference {args.inference}; torch threads={args.threads}; "
+          f"load average at start {load:.2f} "
           f"on {os.cpu_count()} CPUs")
     print()
-    print("| scheduler | GPUs | queued jobs | p50 ms | p99 ms | p99 range over repeats | decisions per point |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| scheduler | GPUs | queued jobs | point p50 ms | point p99 ms | point p99 range over repeats | "
+          "decisions per point | per-decision p50 ms | per-decision p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     t_start = time.perf_counter()
     for nodes in (int(x) for x in args.nodes.split(",")):
         for queued in (int(x) for x in args.queues.split(",")):
@@ -164,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             for label, sched in scheds.items():
                 r = measure(sched, snaps, args.warmup, args.repeats, args.samples)
                 print(f"| {label} | {nodes * GPUS_PER_NODE} | {queued:,} | {r['p50']:.3f} | {r['p99']:.3f} | "
-                      f"{r['p99_min']:.3f}-{r['p99_max']:.3f} | {r['decisions']:.1f} |", flush=True)
+                      f"{r['p99_min']:.3f}-{r['p99_max']:.3f} | {r['decisions']:.1f} | {r['d50']:.3f} | "
+                      f"{r['d99']:.3f} |", flush=True)
     guard = scheds["ppo+guard"]
     print()
     print(f"guard: primary decisions {guard.primary_decisions}, fallback decisions {guard.fallback_decisions}, "

@@ -195,7 +195,7 @@ class ObservationCodec:
         # Job rows live in a store indexed by a per-job slot; row 0 stays zero (padding).
         self._store = np.zeros((64, _F_DYNAMIC), dtype=np.float32)
         self._free_rows: list[int] = list(range(63, 0, -1))
-        self._job_row: dict[str, list[Any]] = {}  # job id -> [store row, epoch, shape id]
+        self._job_row: dict[str, list[Any]] = {}  # job id -> [store row, epoch, shape id, ...]
         # Feasibility per request-shape id (row 0 = padding, all zero) and pool slot.
         self._feas = np.zeros((16, p), dtype=np.float32)
         self._shape_ids: dict[tuple[Any, ...], int] = {}
@@ -571,23 +571,24 @@ class ObservationCodec:
             live = {r.job.job_id for r in runs}
             for jid in [j for j in job_row if j not in live]:
                 self._free_rows.append(job_row.pop(jid)[0])
-        store = self._store
         memo, raw = self._estimate_memo(state)
-        row_idx = self._row_idx
         demand = 0.0
-        shape_idx = self._shape_idx
+        rows: list[int] = []
         shapes: list[int] = []
-        for i, run in enumerate(runs):
+        # Rows whose dynamic features are stale are written in one assignment at the end
+        # (one numpy call instead of two per job); new rows get their static part there too.
+        upd_rows: list[int] = []
+        upd_vals: list[tuple[float, ...]] = []
+        for run in runs:
             job = run.job
             entry = job_row.get(job.job_id)
             if entry is None:
-                r = self._new_row()
-                store = self._store
                 sid = self._shape_id((run.shape, job.cpus, job.mem_mib))
-                store[r, :4] = (1.0, math.log2(max(job.num_gpus, 1)) + 1.0,
-                                job.gpu_demand if job.fractional else 1.0, 1.0 if job.fractional else 0.0)
-                store[r, 6:8] = (math.tanh(job.priority / 2.0), 1.0 if job.preemptible else 0.0)
-                entry = [r, -1, sid, job.gpu_demand]
+                static = (1.0, math.log2(max(job.num_gpus, 1)) + 1.0,
+                          job.gpu_demand if job.fractional else 1.0, 1.0 if job.fractional else 0.0)
+                mid = (math.tanh(job.priority / 2.0), 1.0 if job.preemptible else 0.0)
+                # [store row, epoch of its dynamic features, shape id, GPU demand, static cols 0-3, cols 6-7]
+                entry = [self._new_row(), -1, sid, job.gpu_demand, static, mid]
                 job_row[job.job_id] = entry
             demand += entry[3]
             if entry[1] != epoch:
@@ -604,15 +605,19 @@ class ObservationCodec:
                 else:
                     s = (dl - now - e) / 3600.0
                     slack = _log1p(s) if s >= 0 else -_log1p(-s)
-                r = entry[0]
-                store[r, 4:6] = (_log1p(e / 3600.0), _log1p(max(wait, 0.0) / 3600.0))
-                store[r, 8:] = (slack, _log1p(run.attained / 3600.0), _log1p(run.restarts))
+                upd_rows.append(entry[0])
+                upd_vals.append((*entry[4], _log1p(e / 3600.0), _log1p(max(wait, 0.0) / 3600.0), *entry[5],
+                                 slack, _log1p(run.attained / 3600.0), _log1p(run.restarts)))
                 entry[1] = epoch
-            row_idx[i] = entry[0]
-            shape_idx[i] = entry[2]
+            rows.append(entry[0])
             shapes.append(entry[2])
+        if upd_rows:
+            self._store[upd_rows] = upd_vals
         n = len(runs)
+        row_idx, shape_idx = self._row_idx, self._shape_idx
+        row_idx[:n] = rows
         row_idx[n:] = 0
+        shape_idx[:n] = shapes
         shape_idx[n:] = 0
         self._window_runs = runs
         self._window_shapes = shapes

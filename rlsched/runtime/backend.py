@@ -93,7 +93,25 @@ class NodeInfo:
 
 
 class GpuBackend(Protocol):
-    """Inventory and control of GPUs; every method names the node it touches."""
+    """Inventory and control of GPUs; every method names the node it touches.
+
+    Optional methods (not Protocol members: a backend without them is still a
+    ``GpuBackend``; the scheduler service looks them up with ``getattr`` and skips
+    what is missing, and treats an exception from either as a loop error):
+
+    * ``telemetry() -> list[dict[str, Any]]``: one dict per GPU with the keys of
+      :data:`rlsched.runtime.nvml_backend.TELEMETRY_KEYS` (a reading the device
+      does not support is None; ``error`` where reading the GPU failed). The
+      service reads it at most every ``TELEMETRY_S`` seconds for its metrics.
+    * ``health_events(timeout_ms: int = 0) -> list[tuple[str, str]]``: ``(GPU UUID,
+      reason)`` of every health event (Xid, double-bit ECC growth) since the last
+      call, each GPU unhealthy from then on; the service calls it (no timeout) with
+      every inventory refresh, stops the jobs on those GPUs and gives them no new
+      work.
+
+    Both are implemented by :class:`~rlsched.runtime.sim_backend.SimulatedBackend`
+    and :class:`~rlsched.runtime.nvml_backend.NvmlBackend`.
+    """
 
     name: str
 
