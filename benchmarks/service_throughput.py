@@ -63,6 +63,13 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return vals.get("VmRSS", 0.0), vals.get("VmHWM", 0.0)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far (its own threads, not its children)."""
+    raw = Path(f"/proc/{pid}/stat").read_bytes()
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def request(method: str, url: str, token: str, body: Any = None, timeout: float = 120) -> tuple[int, bytes]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with lock:
                 lat.extend(mine)
 
+        cpu0 = cpu_s(proc.pid)
         t0 = time.perf_counter()
         threads = [threading.Thread(target=client) for _ in range(args.clients)]
         for t in threads:
@@ -159,6 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "latency_p50_ms": round(statistics.median(lat) * 1000, 1),
                     "latency_p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1), "errors": len(errors)})
         out["rss_after_submit_mib"] = rss_mib(proc.pid)[0]
+        out["service_cpu_submit_s"] = round(cpu_s(proc.pid) - cpu0, 2)
         if errors:
             out["first_error"] = errors[0]
         if args.wait and args.job == "true":
@@ -172,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["all_done_after_s"] = round(time.perf_counter() - t0, 1)
             out["drain_after_submit_s"] = round(time.perf_counter() - t1, 1)
             out["rss_after_done_mib"] = rss_mib(proc.pid)[0]
+            out["service_cpu_total_s"] = round(cpu_s(proc.pid) - cpu0, 2)
         out["rss_peak_mib"] = rss_mib(proc.pid)[1]
         out["db_mib"] = round(sum(f.stat().st_size for f in (root / "state").glob("jobs.db*")) / 2**20, 1)
     finally:

@@ -303,15 +303,51 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: all of it commits, or none of it (also on kill -9)."""
+        """One write transaction: all of it commits, or none of it (also on kill -9).
+
+        Inside :meth:`batch` (same thread) it is a savepoint of the batch's transaction
+        instead: a change that raises is undone alone, the others commit together.
+        """
         conn = self._conn()
+        depth = getattr(self._local, "depth", 0)
+        if depth:
+            name = f"sp{depth}"
+            conn.execute(f"SAVEPOINT {name}")
+            self._local.depth = depth + 1
+            try:
+                yield conn
+            except BaseException:
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+                raise
+            finally:
+                self._local.depth = depth
+            conn.execute(f"RELEASE {name}")
+            return
         conn.execute("BEGIN IMMEDIATE")
+        self._local.depth = 1
         try:
             yield conn
         except BaseException:
+            self._local.depth = 0
             conn.execute("ROLLBACK")
             raise
+        self._local.depth = 0
         conn.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group this thread's writes into ONE transaction (one fsync): group commit.
+
+        Every write method called inside keeps its own all-or-nothing behaviour (a
+        savepoint; one that raises leaves the others standing), but nothing is
+        durable, and so nothing may be acted upon or acknowledged, until the block
+        exits without an exception (then all of it commits; a kill -9 before that
+        loses all of it). An exception escaping the block rolls everything back.
+        Nested ``batch`` blocks join the outer one.
+        """
+        with self._tx():
+            yield
 
     def _migrate(self) -> None:
         with self._tx() as conn:
@@ -454,7 +490,27 @@ class Store:
         idempotency_key: str | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> str:
-        """Queue a job and return its id.
+        """Queue a job and return its id (see :meth:`submit_record`)."""
+        return self.submit_record(argv, gpus=gpus, gpu_milli=gpu_milli, mig_profile=mig_profile,
+                                  gpu_models=gpu_models, priority=priority, user=user, preemptible=preemptible,
+                                  deadline=deadline, idempotency_key=idempotency_key, options=options)[0].id
+
+    def submit_record(
+        self,
+        argv: Sequence[str],
+        *,
+        gpus: int = 1,
+        gpu_milli: int = 1000,
+        mig_profile: str | None = None,
+        gpu_models: Sequence[str] = (),
+        priority: int = 0,
+        user: str = "",
+        preemptible: bool = False,
+        deadline: float | None = None,
+        idempotency_key: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Queue a job; returns its record and whether it is new (False: an idempotent retry).
 
         A request is either ``gpus`` whole GPUs, a fraction ``gpu_milli`` of one GPU,
         or a MIG profile (``mig_profile="3g.40gb"``, stored with the equivalent
@@ -493,9 +549,9 @@ class Store:
                         raise IdempotencyConflictError(
                             f"idempotency key {idempotency_key!r} was used for job {row['id']} with a different request"
                         )
-                    return str(row["id"])
+                    return _record(row), False
             job_id = f"j-{uuid.uuid4().hex[:16]}"
-            conn.execute(
+            cur = conn.execute(
                 "INSERT INTO jobs (id, idempotency_key, argv, num_gpus, gpu_milli, mig_profile, gpu_models, priority, "
                 "user, preemptible, deadline, state, submitted_at, options) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -504,7 +560,14 @@ class Store:
             )
             self._audit(conn, AuditRecord(AuditEvent.SUBMISSION, job=job_id, time=now,
                                           extra={k: v for k, v in request.items() if k != "argv"}))
-        return job_id
+        assert cur.lastrowid is not None
+        rec = JobRecord(id=job_id, seq=cur.lastrowid, argv=tuple(argv_t), num_gpus=gpus, gpu_milli=gpu_milli,
+                        mig_profile=mig_profile, gpu_models=tuple(sorted(gpu_models)), priority=priority, user=user,
+                        preemptible=bool(preemptible), deadline=deadline, state=JobState.QUEUED, attempts=0,
+                        exit_code=None, submitted_at=now, started_at=None, finished_at=None, allocation=None,
+                        pid=None, pid_start=None, log_path=None, cancel_requested=False, reason="",
+                        idempotency_key=idempotency_key, options=opts)
+        return rec, True
 
     def _transition(self, conn: sqlite3.Connection, job_id: str, allowed: Sequence[JobState], what: str) -> JobRecord:
         row = conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()

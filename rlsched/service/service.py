@@ -7,9 +7,9 @@ CLI are thin layers over it). Each loop iteration (:meth:`SchedulerService.tick`
    cancelled); a preempted one that stopped goes back to the queue; a stop that
    outlived ``grace_s`` is escalated from SIGTERM to SIGKILL;
 2. refreshes inventory, GPU health events and telemetry from the backend;
-3. builds the live :class:`~rlsched.cluster.model.ClusterState` from inventory +
-   store (:mod:`rlsched.service.view`), holds back queued jobs that are over
-   their quota (:mod:`rlsched.service.quotas`), and stops jobs on unhealthy GPUs;
+3. keeps the live :class:`~rlsched.cluster.model.ClusterState` (inventory +
+   unfinished jobs, :mod:`rlsched.service.view`), holds back queued jobs that are
+   over their quota (:mod:`rlsched.service.quotas`), and stops jobs on unhealthy GPUs;
 4. runs the guarded scheduler (the spec's policy behind
    :class:`~rlsched.runtime.guard.FallbackScheduler`) when something changed, and
    applies each decision after the feasibility check: a placement is committed
@@ -17,10 +17,27 @@ CLI are thin layers over it). Each loop iteration (:meth:`SchedulerService.tick`
    crash in between leaves a running job without a pid, which recovery resolves
    by finding the wrapper process or requeueing - never by launching twice);
    preemptions signal the job and keep its GPUs held until it exits;
-5. updates the metrics.
+5. launches the processes of the jobs it placed - after the service lock is
+   released, so submissions and status calls do not wait on fork/exec - and
+   records their pids;
+6. updates the metrics.
+
+Scaling: the service keeps an in-memory mirror of every unfinished job (queued,
+running, preempted), loaded from the store at start and by :meth:`recover`, and
+updated by every transition the service makes *after* the store committed it;
+the live view is built from the mirror and then updated incrementally, so a pass
+neither re-reads nor re-decodes the queue, and a pass that nothing could change
+(no transition, same inventory and health) is skipped. The writes of one loop
+stage (finishing the processes that ended, one scheduling pass, recording the
+pids of one batch of launches) are ONE store transaction (``Store.batch``), and
+concurrent submissions are group-committed: each API thread validates its
+request, then the first waiting thread commits every pending submission in one
+transaction; each is acknowledged only after that commit.
 
 Nothing about allocations lives only in memory: the SQLite store is the source
-of truth, each state change is one transaction there, and a ``kill -9`` of the
+of truth, every state change is committed there before it is acted upon
+(a launch, a signal, an exit file consumed) or acknowledged, a transaction that
+fails reloads the mirror from the store, and a ``kill -9`` of the
 service at any instant is repaired by :meth:`SchedulerService.recover`, which
 re-adopts live processes (pid + start time), records exits that happened while
 the service was down (exit files written by the wrapper) and requeues jobs whose
@@ -35,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import signal
@@ -47,7 +65,8 @@ from typing import Any
 
 from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import fits_pool_spec, pool_candidates, profile_for, unschedulable_reason
-from rlsched.cluster.model import PoolSpec, RunState, Sharing
+from rlsched.cluster.job import Job
+from rlsched.cluster.model import ClusterState, PoolSpec, RunState, Sharing
 from rlsched.errors import RlschedError
 from rlsched.policies.base import Scheduler, make_policy
 from rlsched.runtime.audit import AuditEvent, AuditRecord, decision_summary
@@ -56,6 +75,7 @@ from rlsched.runtime.executor import EXIT_LOST, EXIT_NOT_EXECUTABLE, Launched, L
 from rlsched.runtime.guard import FallbackScheduler, GuardConfig, illegal_reason
 from rlsched.runtime.select import get_backend
 from rlsched.runtime.store import (
+    Allocation,
     IdempotencyConflictError,
     InvalidTransitionError,
     JobRecord,
@@ -65,9 +85,11 @@ from rlsched.runtime.store import (
     UnknownJobError,
 )
 from rlsched.service.config import ServiceConfig
+from rlsched.service.forecast import WARMUP_S as FORECAST_WARMUP_S
+from rlsched.service.forecast import LiveForecast, served_forecast
 from rlsched.service.metrics import ServiceMetrics
-from rlsched.service.quotas import Ask, Holding, admission_problem, blocking
-from rlsched.service.view import LiveView, build_view, job_of
+from rlsched.service.quotas import Ask, Holding, admission_problem, blocking, principal_matches
+from rlsched.service.view import LiveView, build_view, drop_queued, enqueue_record, job_of, release_job
 from rlsched.spec.model import PolicyDecl, Spec, SpecError
 
 _log = logging.getLogger(__name__)
@@ -80,6 +102,9 @@ RESCHEDULE_S = 30.0
 TELEMETRY_S = 2.0
 #: Decisions applied per loop iteration at most (a runaway policy cannot stall the loop).
 MAX_DECISIONS_PER_TICK = 2000
+#: Wake-ups (submissions, launches) start a loop iteration at most this often (capped by ``tick_s``):
+#: a burst of submissions is folded into one scheduling pass instead of one pass each.
+MIN_PASS_S = 0.05
 #: The same loop error is audited at most once per this many seconds.
 ERROR_AUDIT_S = 60.0
 _DEFAULT_POLICY = PolicyDecl(name="default", scheduler="weighted-priority", fallback="weighted-priority")
@@ -122,6 +147,16 @@ class SubmitRequest:
     estimated_duration_s: float | None = None
     idempotency_key: str | None = None
     cwd: str | None = None
+
+
+@dataclass
+class _PendingSubmit:
+    """One API thread's submission waiting for a group commit."""
+
+    kwargs: dict[str, Any]
+    record: JobRecord | None = None
+    error: Exception | None = None
+    done: bool = False
 
 
 def _exit_reason(rc: int) -> str:
@@ -189,6 +224,33 @@ class SchedulerService:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        #: one loop iteration at a time (a test may tick while the loop thread runs).
+        self._tick_lock = threading.Lock()
+        # The mirror of unfinished jobs (see the module doc): queued ones in ``seq`` order, and the
+        # ones holding GPUs; counts of finished jobs per state.
+        self._queued: dict[str, JobRecord] = {}
+        self._holding: dict[str, JobRecord] = {}
+        self._queued_in_order = True
+        self._finished: dict[str, int] = {}
+        self._mirror_stale = False
+        #: job id -> the Job policies see (a request never changes; cleared when the spec does).
+        self._job_cache: dict[str, Job] = {}
+        #: bumped by every transition folded into the mirror; a pass runs only when it moved.
+        self._gen = 0
+        self._pass_gen = -1
+        self._struct_sig: Any = None
+        self._views_built = 0
+        #: jobs committed as running whose process is being started (outside the lock).
+        self._launching: set[str] = set()
+        self._to_launch: list[tuple[JobRecord, Allocation]] = []
+        #: what waits for the current batch's commit (signals, exit files to consume).
+        self._after_commit: list[Callable[[], None]] = []
+        #: queued jobs cancelled before their submission group folded them into the mirror.
+        self._tombstones: set[str] = set()
+        self._group = threading.Condition()
+        self._group_pending: list[_PendingSubmit] = []
+        self._group_busy = False
+        self._load_mirror()
 
     # ================================================================== configuration
     def _load_spec(self, paths: list[Path], policy: str | None) -> tuple[Spec, PolicyDecl]:
@@ -278,10 +340,15 @@ class SchedulerService:
             self._thread.start()
 
     def _loop(self) -> None:
+        min_gap = min(self.config.tick_s, MIN_PASS_S)
         while not self._stop.is_set():
+            t0 = time.monotonic()
             self.tick()
             self._wake.wait(self.config.tick_s)
             self._wake.clear()
+            rest = min_gap - (time.monotonic() - t0)
+            if rest > 0:
+                self._stop.wait(rest)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop; job processes keep running (a restarted service adopts them)."""
@@ -310,8 +377,10 @@ class SchedulerService:
                 files.append((int(nonce), p))
         return [p for _, p in sorted(files)]
 
-    def _consume_exit_files(self, job_id: str) -> None:
-        for p in self._exit_files(job_id):
+    def _consume_exit_files(self, job_id: str, known: Path | None = None) -> None:
+        """Mark a settled job's exit files seen: ``known`` (its process's, which this service launched or
+        adopted) if given, else every one found (a scan of the log directory)."""
+        for p in ([known] if known is not None else self._exit_files(job_id)):
             with contextlib.suppress(OSError):
                 p.rename(p.with_name(p.name + ".seen"))
 
@@ -342,10 +411,13 @@ class SchedulerService:
         return None
 
     def _handle(self, rec: JobRecord) -> Launched | None:
-        """The live process of a running/preempted job, adopting it after a restart; None if it is gone."""
+        """The live process of a running/preempted job, adopting it after a restart; None if it is gone
+        (or not started yet: a job this service is launching right now)."""
         h = self._handles.get(rec.id)
         if h is not None and (rec.pid is None or h.pid == rec.pid):
             return h
+        if rec.id in self._launching:
+            return None
         if rec.pid is not None and rec.pid_start is not None:
             h = self.executor.adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path)
         else:
@@ -353,6 +425,10 @@ class SchedulerService:
             if h is not None:
                 with contextlib.suppress(StoreError):
                     self.store.set_process(rec.id, h.pid, h.start_time, str(h.log_path))
+                    cur = self._holding.get(rec.id)
+                    if cur is not None:
+                        self._track(dataclasses.replace(cur, pid=h.pid, pid_start=h.start_time,
+                                                        log_path=str(h.log_path)))
         if h is not None:
             self._handles[rec.id] = h
         return h
@@ -369,20 +445,26 @@ class SchedulerService:
             self._killed.add(rec.id)
 
     def _settle(self, rec: JobRecord, rc: int | None) -> None:
-        """Record the end of a job's process (``rc`` None: gone without an exit status)."""
+        """Record the end of a job's process (``rc`` None: gone without an exit status).
+
+        Called inside a batch: its exit files are consumed only once the batch committed.
+        """
         if rec.state is JobState.PREEMPTED and not rec.cancel_requested:
-            self.store.requeue(rec.id, rec.reason or "preempted")
+            cur = self.store.requeue(rec.id, rec.reason or "preempted")
             self._count_recovery("requeued")
         elif rc is None or rc == EXIT_LOST:
             # Gone without an exit status (the wrapper was killed, or died with the machine): run it again
             # (or, if a cancel was pending, it ends cancelled).
-            self.store.requeue(rec.id, "process vanished without an exit status")
+            cur = self.store.requeue(rec.id, "process vanished without an exit status")
             self._count_recovery("requeued")
         else:
-            self.store.mark_finished(rec.id, rc, _exit_reason(rc))
+            cur = self.store.mark_finished(rec.id, rc, _exit_reason(rc))
             self._count_recovery("finished")
-        self._consume_exit_files(rec.id)
-        self._handles.pop(rec.id, None)
+        self._track(cur)
+        job_id = rec.id
+        h = self._handles.pop(rec.id, None)
+        known = h.exit_file if h is not None and h.exit_file.name.endswith(".exit.json") else None
+        self._after_commit.append(lambda: self._consume_exit_files(job_id, known))
         self._stopping.pop(rec.id, None)
         self._killed.discard(rec.id)
 
@@ -393,7 +475,9 @@ class SchedulerService:
             self.recovered[what] += 1
 
     def _poll_processes(self) -> None:
-        for rec in self.store.holding():
+        for rec in list(self._holding.values()):
+            if rec.id in self._launching:
+                continue
             try:
                 h = self._handle(rec)
                 if h is None:
@@ -414,41 +498,216 @@ class SchedulerService:
     def recover(self) -> None:
         """Repair the store's picture after a restart (see the module doc); safe to call twice."""
         with self._lock:
+            self._load_mirror()
             self._recovering = True
             try:
-                for rec in self.store.holding():
-                    try:
-                        h = self._handle(rec)
-                        rc = self.executor.poll(h) if h is not None else None
-                        if h is not None and rc is None:
-                            self.recovered["adopted"] += 1
-                            _log.info("adopted job %s (pid %s)", rec.id, h.pid)
-                            if rec.state is JobState.PREEMPTED or rec.cancel_requested:
-                                self._ensure_stopping(rec, h)
-                            continue
-                        if rc is None or rc == EXIT_LOST:
-                            recorded = self._recorded_exit(rec.id)
-                            rc = recorded if recorded is not None else rc
-                        self._settle(rec, rc)
-                    except (InvalidTransitionError, UnknownJobError):
-                        continue
+                self._batch(self._recover_jobs)
             finally:
                 self._recovering = False
             self._signature = None
 
+    def _recover_jobs(self) -> None:
+        for rec in list(self._holding.values()):
+            try:
+                h = self._handle(rec)
+                rc = self.executor.poll(h) if h is not None else None
+                if h is not None and rc is None:
+                    self.recovered["adopted"] += 1
+                    _log.info("adopted job %s (pid %s)", rec.id, h.pid)
+                    if rec.state is JobState.PREEMPTED or rec.cancel_requested:
+                        self._ensure_stopping(rec, h)
+                    continue
+                if rc is None or rc == EXIT_LOST:
+                    recorded = self._recorded_exit(rec.id)
+                    rc = recorded if recorded is not None else rc
+                self._settle(rec, rc)
+            except (InvalidTransitionError, UnknownJobError):
+                continue
+
+    # ================================================================== the mirror
+    def _load_mirror(self) -> None:
+        """(Re)load the unfinished jobs from the store (start, recover, after a failed transaction)."""
+        self._view = None
+        recs = self.store.jobs([JobState.QUEUED, JobState.RUNNING, JobState.PREEMPTED])
+        counts = self.store.counts()
+        self._queued = {r.id: r for r in recs if r.state is JobState.QUEUED}
+        self._holding = {r.id: r for r in recs if r.state.holds_gpus}
+        self._queued_in_order = True
+        self._finished = {st.value: counts.get(st.value, 0) for st in JobState if st.terminal}
+        self._job_cache = {}
+        self._gen += 1
+        self._mirror_stale = False
+
+    def _queued_records(self) -> list[JobRecord]:
+        """The queued jobs in submission (``seq``) order."""
+        if not self._queued_in_order:
+            self._queued = dict(sorted(self._queued.items(), key=lambda kv: kv[1].seq))
+            self._queued_in_order = True
+        return list(self._queued.values())
+
+    def _counts(self) -> dict[str, int]:
+        """Jobs per state, from the mirror (what ``Store.counts`` would say, without a table scan)."""
+        out = {st.value: 0 for st in JobState}
+        out.update(self._finished)
+        out[JobState.QUEUED.value] = len(self._queued)
+        for r in self._holding.values():
+            out[r.state.value] += 1
+        return out
+
+    def _track(self, rec: JobRecord) -> None:
+        """Fold a job's COMMITTED record into the mirror and the live view."""
+        jid = rec.id
+        old = self._queued.pop(jid, None)
+        if old is None:
+            old = self._holding.pop(jid, None)
+        was = old.state if old is not None else None
+        state = rec.state
+        if state is JobState.QUEUED:
+            if self._queued_in_order and self._queued and next(reversed(self._queued.values())).seq > rec.seq:
+                self._queued_in_order = False  # a requeued job goes back to its submission place
+            self._queued[jid] = rec
+        elif state.holds_gpus:
+            self._holding[jid] = rec
+        else:
+            self._finished[state.value] = self._finished.get(state.value, 0) + 1
+            self._job_cache.pop(jid, None)
+        if was is state:
+            return  # a pid recorded, a cancel requested: nothing a policy sees
+        self._gen += 1
+        view = self._view
+        if view is None:
+            return
+        if was is JobState.QUEUED:
+            drop_queued(view, jid)  # (a placement of this pass already took it out of the queue)
+        elif was is not None and was.holds_gpus and not state.holds_gpus:
+            release_job(view, jid)
+        elif was is None and state.holds_gpus:
+            self._view = None  # not a transition this service makes: rebuild
+            return
+        if state is JobState.PREEMPTED:
+            view.state.running.pop(jid, None)
+        elif state is JobState.QUEUED:
+            enqueue_record(view, rec, self._job_cache)
+
+    def _batch(self, step: Callable[[], None]) -> None:
+        """Run ``step``'s store writes as ONE transaction, then what waited for its commit.
+
+        If anything fails, nothing of it was committed: the mirror is reloaded from the
+        store, nothing it placed is launched, nothing is signalled, and the error propagates.
+        """
+        self._after_commit = []
+        try:
+            with self.store.batch():
+                step()
+        except BaseException:
+            self._resync()
+            raise
+        after, self._after_commit = self._after_commit, []
+        for fn in after:
+            try:
+                fn()
+            except Exception as exc:
+                self._loop_error("after-commit", exc)
+
+    def _resync(self) -> None:
+        self._after_commit = []
+        self._to_launch = []
+        self._launching.clear()
+        self._view = None
+        self._signature = None
+        try:
+            self._load_mirror()
+        except Exception:
+            self._mirror_stale = True
+            _log.exception("could not reload the job mirror from the store")
+
+    def _stop_after_commit(self, job_id: str) -> None:
+        """SIGTERM a job (preempted, or on an unhealthy GPU) once its new state is committed."""
+
+        def stop() -> None:
+            rec = self._holding.get(job_id)
+            if rec is not None:
+                h = self._handle(rec)
+                if h is not None:
+                    self._ensure_stopping(rec, h)
+
+        self._after_commit.append(stop)
+
     # ================================================================== the loop
     def tick(self) -> None:
         """One loop iteration (see the module doc); never raises."""
-        with self._lock:
-            self.metrics.ticks.inc()
-            for stage, step in (("processes", self._poll_processes), ("inventory", self._refresh_inventory),
-                                ("schedule", self._schedule), ("metrics", self._update_metrics)):
+        with self._tick_lock:
+            with self._lock:
+                launches = self._tick_locked()
+            if launches:
                 try:
-                    step()
+                    self._launch(launches)
                 except Exception as exc:
-                    self._loop_error(stage, exc)
-            self._last_tick = self.clock()
-            self.metrics.last_tick.set(self._last_tick)
+                    self._loop_error("launch", exc)
+
+    def _tick_locked(self) -> list[tuple[JobRecord, Allocation]]:
+        self.metrics.ticks.inc()
+        if self._mirror_stale:
+            try:
+                self._load_mirror()
+            except Exception as exc:
+                self._loop_error("store", exc)
+                return []
+        for stage, step, batched in (("processes", self._poll_processes, True),
+                                     ("inventory", self._refresh_inventory, False),
+                                     ("schedule", self._schedule, True),
+                                     ("metrics", self._update_metrics, False)):
+            try:
+                if batched:
+                    self._batch(step)
+                else:
+                    step()
+            except Exception as exc:
+                self._loop_error(stage, exc)
+        self._last_tick = self.clock()
+        self.metrics.last_tick.set(self._last_tick)
+        launches, self._to_launch = self._to_launch, []
+        return launches
+
+    def _launch(self, launches: list[tuple[JobRecord, Allocation]]) -> None:
+        """Start the processes of jobs the last pass committed as running, WITHOUT the service lock
+        (fork/exec of each wrapper), then record their pids in one transaction."""
+        results: list[tuple[JobRecord, Launched | None, Exception | None]] = []
+        for rec, alloc in launches:
+            cwd = (rec.options or {}).get("cwd")
+            try:
+                launched = self.executor.launch(rec.id, list(rec.argv), alloc.devices,
+                                                env_extra={"RLSCHED_JOB_ID": rec.id,
+                                                           "RLSCHED_ATTEMPT": str(rec.attempts)},
+                                                cwd=cwd or None)
+            except Exception as exc:
+                _log.warning("launch of job %s failed: %s", rec.id, exc)
+                results.append((rec, None, exc))
+            else:
+                results.append((rec, launched, None))
+
+        def record() -> None:
+            for rec, launched, exc in results:
+                self._launching.discard(rec.id)
+                try:
+                    if launched is None:
+                        self._track(self.store.mark_finished(rec.id, EXIT_NOT_EXECUTABLE, f"launch failed: {exc}"))
+                        continue
+                    self._handles[rec.id] = launched
+                    self.store.set_process(rec.id, launched.pid, launched.start_time, str(launched.log_path))
+                except (InvalidTransitionError, UnknownJobError):
+                    continue
+                cur = self._holding.get(rec.id)
+                if cur is not None:
+                    self._track(dataclasses.replace(cur, pid=launched.pid, pid_start=launched.start_time,
+                                                    log_path=str(launched.log_path)))
+
+        with self._lock:
+            try:
+                self._batch(record)
+            except Exception as exc:
+                self._loop_error("launch", exc)
+        self._wake.set()  # poll them soon: short jobs end within a tick
 
     def _loop_error(self, stage: str, exc: BaseException) -> None:
         _log.exception("scheduler loop: %s failed", stage)
@@ -489,9 +748,16 @@ class SchedulerService:
             except Exception as exc:
                 self._loop_error("telemetry", exc)
 
-    def _build_view(self) -> LiveView:
-        return build_view(self._spec, self._inventory, self.store.holding(), self.store.queued(), self.clock(),
-                          health_events=self._health_events, local_hostname=self.local_hostname)
+    def _build_view(self, now: float | None = None) -> LiveView:
+        """A fresh view from the inventory and the mirror (no store read, no decoding of known jobs)."""
+        view = build_view(self._spec, self._inventory, list(self._holding.values()), self._queued_records(),
+                          self.clock() if now is None else now, health_events=self._health_events,
+                          local_hostname=self.local_hostname, job_cache=self._job_cache)
+        # Policies may cache by (id(state), queue_version): every new state starts above any version an
+        # earlier one reached, so a state at a recycled address never matches a stale cache entry.
+        self._views_built += 1
+        view.state.queue_version += self._views_built << 40
+        return view
 
     def _current_view(self) -> LiveView:
         if self._view is None:
@@ -548,8 +814,12 @@ class SchedulerService:
         if not quotas:
             return {}
         held: dict[str, str] = {}
+        subject: dict[str, bool] = {}  # user -> does any quota name them (the others are never held)
         for rec in queued:
-            if rec.id not in view.state.queue:
+            limited = subject.get(rec.user)
+            if limited is None:
+                limited = subject[rec.user] = any(principal_matches(q.principal, rec.user) for q in quotas)
+            if not limited or rec.id not in view.state.queue:
                 continue
             job = view.state.queue[rec.id].job
             reasons = []
@@ -573,18 +843,32 @@ class SchedulerService:
 
     def _schedule(self) -> None:
         now = self.clock()
-        holding = self.store.holding()
-        queued = self.store.queued()
-        view = build_view(self._spec, self._inventory, holding, queued, now, health_events=self._health_events,
-                          local_hostname=self.local_hostname)
+        struct = (self._inventory_signature(), tuple(sorted(self._health_events.items())))
+        view = self._view
+        if view is not None and struct == self._struct_sig and self._gen == self._pass_gen \
+                and now < self._next_decide:
+            view.state.time = now
+            return  # no transition, same inventory and health: nothing a pass could change
+        quotas = bool(self._spec.quotas)
+        if view is None or struct != self._struct_sig or self._quota_held or now >= self._next_decide:
+            # From scratch (from the mirror): at start, when inventory or health changed, while a quota
+            # holds jobs back (they are out of the view's queue until it lets them go), and once per
+            # rescheduling period as a safety net.
+            if struct != self._struct_sig:
+                self._job_cache.clear()
+            view = self._view = self._build_view(now)
+            self._struct_sig = struct
+        else:
+            view.state.time = now
+        gen = self._gen
+        holding = list(self._holding.values())
         holdings = self._holdings(holding, view.pools, now)
-        held = self._quota_hold(view, queued, holdings, now)
+        held = self._quota_hold(view, self._queued_records(), holdings, now) if quotas else {}
         for jid in held:
             view.state.dequeue(jid)
         self._quota_held = held
-        self._view = view
         # Health: jobs on an unhealthy GPU are stopped and requeued; the GPU gets no new work.
-        for rec in holding:
+        for rec in holding if view.unhealthy else ():
             if rec.state is not JobState.RUNNING or rec.allocation is None:
                 continue
             why = view.device_problem(rec.allocation)
@@ -594,12 +878,10 @@ class SchedulerService:
                 cur = self.store.preempt(rec.id, f"gpu-unhealthy: {why}", policy="service:health")
             except (InvalidTransitionError, UnknownJobError):
                 continue
-            view.state.running.pop(rec.id, None)
-            h = self._handle(cur)
-            if h is not None:
-                self._ensure_stopping(cur, h)
-        sig = (tuple(view.state.queue), tuple((r.id, r.state.value) for r in holding), self._inventory_signature(),
-               tuple(sorted(self._health_events)), tuple(sorted(held.items())), id(self._sched))
+            self._track(cur)
+            self._stop_after_commit(cur.id)
+        sig = (self._gen, struct, tuple(sorted(held.items())), id(self._sched))
+        self._pass_gen = gen  # (this pass's own placements make the next tick look again, once)
         if sig == self._signature and now < self._next_decide:
             return
         if sig != self._signature:
@@ -611,12 +893,39 @@ class SchedulerService:
             return
         self._decide(view, holdings, now)
 
+    #: the served model's demand forecaster, fed with the submissions (None: no model forecaster).
+    _forecast: LiveForecast | None = None
+
+    def _publish_forecast(self, state: ClusterState, now: float) -> None:
+        """Put the served model's demand forecast into ``state`` (see :mod:`rlsched.service.forecast`).
+
+        Like the simulator, which publishes its forecaster's prediction before every decision
+        point: a policy trained with a forecast must see one in service too. Never raises.
+        """
+        src = served_forecast(self._sched) if self._guard is not None else None
+        if src is None:
+            if self._forecast is not None:
+                self._forecast = None
+                state.demand_forecast, state.demand_forecast_horizon_s = {}, 0.0
+            return
+        try:
+            live = self._forecast
+            if live is None or live.source is not src:  # first pass with this model (or a reload)
+                live = self._forecast = LiveForecast(src)
+                live.observe(self.store.jobs(), since=now - FORECAST_WARMUP_S)
+            live.observe(itertools.chain(self._queued.values(), self._holding.values()))
+            live.publish(state, now)
+        except Exception as exc:  # a forecast problem must not stop scheduling
+            state.demand_forecast, state.demand_forecast_horizon_s = {}, 0.0
+            self._loop_error("forecast", exc)
+
     def _decide(self, view: LiveView, holdings: list[Holding], now: float) -> None:
         state = view.state
         sched = self._sched
         if self._needs_reset:
             sched.reset(state)
             self._needs_reset = False
+        self._publish_forecast(state, now)
         guard = self._guard
         applied = 0
         gen: Iterator[Decision] = iter(sched.decide(state))
@@ -682,12 +991,11 @@ class SchedulerService:
                 rec = self.store.preempt(d.job_id, d.reason or "priority", policy=source, model_version=version)
             except (InvalidTransitionError, UnknownJobError):
                 return False
+            self._track(rec)
             state.running.pop(d.job_id, None)
             self.store.append_decision("preempt", summary, applied=True, job=d.job_id, policy=source,
                                        model_version=version)
-            h = self._handle(rec)
-            if h is not None:
-                self._ensure_stopping(rec, h)
+            self._stop_after_commit(d.job_id)
             return True
         assert isinstance(d, Place)
         allowed = view.allowed.get(d.job_id)
@@ -703,8 +1011,8 @@ class SchedulerService:
                 return False
             d = Place(d.job_id, alt)
             source = f"{source}+service:allowed-pools"
-        queued = self.store.get(d.job_id)
-        if queued is None or queued.state is not JobState.QUEUED:
+        queued = self._queued.get(d.job_id)
+        if queued is None:
             return False
         spec = view.pools[d.placement.pool]
         blocked = blocking(self._spec.quotas.values(), holdings, self._ask(queued, spec), now)
@@ -724,7 +1032,6 @@ class SchedulerService:
                                               model_version=version)
         except (InvalidTransitionError, UnknownJobError):
             return False  # cancelled meanwhile
-        # The job is committed as running: only now may its process start (exactly once).
         run = state.dequeue(rec.id)
         profile = None
         if d.placement.slice_start is not None:
@@ -735,27 +1042,21 @@ class SchedulerService:
         run.state = RunState.RUNNING
         run.started_at = state.time
         state.running[rec.id] = run
+        view.held[rec.id] = run
+        self._track(started)
         h = self._holding_of(started, view.pools)
         if h is not None:
             holdings.append(h)
         self.store.append_decision("place", decision_summary(d), applied=True, job=rec.id, policy=source,
                                    model_version=version)
-        cwd = (rec.options or {}).get("cwd")
-        try:
-            launched = self.executor.launch(rec.id, list(rec.argv), alloc.devices,
-                                            env_extra={"RLSCHED_JOB_ID": rec.id,
-                                                       "RLSCHED_ATTEMPT": str(started.attempts)},
-                                            cwd=cwd or None)
-        except Exception as exc:
-            _log.warning("launch of job %s failed: %s", rec.id, exc)
-            self.store.mark_finished(rec.id, EXIT_NOT_EXECUTABLE, f"launch failed: {exc}")
-            return True
-        self._handles[rec.id] = launched
-        self.store.set_process(rec.id, launched.pid, launched.start_time, str(launched.log_path))
+        # Its process starts only after this pass's transaction committed it as running (exactly
+        # once), and outside the service lock (see tick / _launch).
+        self._launching.add(rec.id)
+        self._to_launch.append((started, alloc))
         return True
 
     def _update_metrics(self) -> None:
-        self.metrics.set_jobs(self.store.counts())
+        self.metrics.set_jobs(self._counts())
         view = self._view
         if view is None:
             return
@@ -833,17 +1134,73 @@ class SchedulerService:
             why = admission_problem(self._spec.quotas.values(), [self._ask(probe, p) for p in fitting])
             if why is not None:
                 raise AdmissionError(why, kind="quota")
+        return self._commit_submission(dict(argv=argv, gpus=gpus, mig_profile=req.mig, priority=req.priority,
+                                            user=req.user, preemptible=req.preemptible, deadline=req.deadline,
+                                            idempotency_key=req.idempotency_key, options=options))
+
+    # ------------------------------------------------------------------ group commit
+    def _commit_submission(self, kwargs: dict[str, Any]) -> JobRecord:
+        """Queue one validated submission, group-committed with whatever other API threads submit
+        meanwhile; returns only once the job is durable (the transaction that holds it committed).
+
+        The first waiting thread leads: it takes every pending submission, commits them in one
+        transaction (one fsync), folds the new jobs into the mirror and wakes the others; those
+        that arrived during its commit form the next group.
+        """
+        mine = _PendingSubmit(kwargs)
+        with self._group:
+            self._group_pending.append(mine)
+            while self._group_busy and not mine.done:
+                self._group.wait()
+            if not mine.done:
+                self._group_busy = True
+                group, self._group_pending = self._group_pending, []
+            else:
+                group = []
+        if group:
             try:
-                job_id = self.store.submit(argv, gpus=gpus, mig_profile=req.mig, priority=req.priority, user=req.user,
-                                           preemptible=req.preemptible, deadline=req.deadline,
-                                           idempotency_key=req.idempotency_key, options=options)
-            except IdempotencyConflictError as exc:
-                raise AdmissionError(str(exc), kind="conflict") from None
-            except StoreError as exc:
-                raise AdmissionError(str(exc)) from None
-            rec = self.store.get(job_id)
-            assert rec is not None
-            return rec
+                self._commit_group(group)
+            finally:
+                with self._group:
+                    for p in group:
+                        if p.record is None and p.error is None:
+                            p.error = ServiceError("the submission was not recorded")
+                        p.done = True
+                    self._group_busy = False
+                    self._group.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.record is not None
+        return mine.record
+
+    def _commit_group(self, group: list[_PendingSubmit]) -> None:
+        made: list[tuple[_PendingSubmit, JobRecord, bool]] = []
+        try:
+            with self.store.batch():
+                for p in group:
+                    try:
+                        rec, new = self.store.submit_record(**p.kwargs)
+                    except IdempotencyConflictError as exc:
+                        p.error = AdmissionError(str(exc), kind="conflict")
+                    except StoreError as exc:
+                        p.error = AdmissionError(str(exc))
+                    else:
+                        made.append((p, rec, new))
+        except Exception as exc:  # the commit failed: none of the group is durable, none is acknowledged
+            _log.exception("could not commit %d submission(s)", len(group))
+            for p in group:
+                if p.error is None:
+                    p.error = ServiceError(f"the submission could not be recorded: {exc}")
+            return
+        with self._lock:
+            for p, rec, new in made:
+                if new and rec.id in self._tombstones:
+                    self._tombstones.discard(rec.id)  # cancelled before it got here
+                elif new:
+                    self._track(rec)
+                else:  # an idempotent retry: the job as it is now
+                    rec = self._queued.get(rec.id) or self._holding.get(rec.id) or self.store.get(rec.id) or rec
+                p.record = rec
 
     def _check_mig(self, profile: str, candidates: list[PoolSpec], view: LiveView) -> None:
         mig_pools = [p for p in candidates if p.sharing is Sharing.MIG]
@@ -881,13 +1238,20 @@ class SchedulerService:
             UnknownJobError: no such job.
         """
         with self._lock:
+            known = job_id in self._queued or job_id in self._holding
+            before = None if known else self.store.get(job_id)
             state = self.store.cancel(job_id)
-            if state.holds_gpus:
-                rec = self.store.get(job_id)
-                if rec is not None:
-                    h = self._handle(rec)
-                    if h is not None:
-                        self._ensure_stopping(rec, h)
+            rec = self.store.get(job_id)
+            if rec is not None and known:
+                self._track(rec)
+            elif rec is not None and before is not None and before.state is JobState.QUEUED:
+                # Committed by a submission group that has not folded it into the mirror yet.
+                self._tombstones.add(job_id)
+                self._finished[state.value] = self._finished.get(state.value, 0) + 1
+            if state.holds_gpus and rec is not None:
+                h = self._handle(rec)
+                if h is not None:
+                    self._ensure_stopping(rec, h)
             self._wake.set()
             return state
 
@@ -955,7 +1319,7 @@ class SchedulerService:
                 out["issue"] = issue
             if rec.state is JobState.QUEUED:
                 out["reason"] = self._reason(rec)
-                out["position"] = self._position(rec, self.store.queued())
+                out["position"] = self._position(rec, self._queued_records())
             elif rec.state is JobState.PREEMPTED:
                 out["reason"] = f"stopping ({rec.reason or 'preempted'})"
             elif rec.state is JobState.RUNNING and rec.cancel_requested:
@@ -971,7 +1335,7 @@ class SchedulerService:
                 raise AdmissionError(f"unknown job state in {states!r} "
                                      f"(states: {', '.join(s.value for s in JobState)})") from None
             queued = [r for r in recs if r.state is JobState.QUEUED]
-            all_queued = self.store.queued() if queued else []
+            all_queued = self._queued_records() if queued else []
             out = []
             for rec in recs:
                 d = self._record_dict(rec)
@@ -1011,6 +1375,8 @@ class SchedulerService:
             self._needs_reset = True
             self._signature = None
             self._view = None
+            self._struct_sig = None
+            self._job_cache = {}
             self.metrics.reset_guard_mirror()
             try:
                 self.store.append_audit(AuditEvent.POLICY_SWITCH, policy=self._policy_label(),
@@ -1027,7 +1393,7 @@ class SchedulerService:
     def info(self) -> dict[str, Any]:
         """Policy, model version, mode, breaker, pools (GPUs total/free), queue length, running count."""
         with self._lock:
-            counts = self.store.counts()
+            counts = self._counts()
             guard = self._guard
             view = self._current_view()
             pools = view.pool_summary()

@@ -1,10 +1,14 @@
 """The live view: inventory + store -> the one :class:`ClusterState` policies see.
 
-The service rebuilds the state every loop iteration from two sources of truth:
-the GPU backend (what exists, and whether it is healthy) and the job store (what
-is queued, and which GPU or MIG UUIDs each running job holds). Nothing about
-allocations is kept in memory between iterations, so a restarted service sees
-exactly what the store says.
+The state comes from two sources of truth: the GPU backend (what exists, and
+whether it is healthy) and the job store (what is queued, and which GPU or MIG
+UUIDs each running job holds). :func:`build_view` builds it from scratch (the
+service does so at start, when the inventory, health or spec changes, and every
+rescheduling period, from its in-memory mirror of the store's unfinished jobs);
+in between, the service folds each committed job transition into the same view
+with :func:`enqueue_record`, :func:`drop_queued` and :func:`release_job`, so a
+scheduling pass costs O(changes), not O(queue). A restarted service rebuilds it
+from exactly what the store says.
 
 Mapping inventory onto the spec's pools:
 
@@ -86,6 +90,8 @@ class LiveView:
     allowed: dict[str, frozenset[str]] = field(default_factory=dict)
     #: node id -> position -> NVML index.
     physical: dict[str, list[int]] = field(default_factory=dict)
+    #: job id -> the run of every running or preempted job (what :func:`release_job` frees).
+    held: dict[str, JobRun] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ placements <-> allocations
     def allocation(self, placement: Placement) -> Allocation:
@@ -311,7 +317,7 @@ def job_of(rec: JobRecord, pools: Mapping[str, PoolSpec] | None = None) -> Job:
 # ---------------------------------------------------------------------- building
 def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobRecord], queued: Iterable[JobRecord],
                now: float, *, health_events: Mapping[str, str] | None = None, local_hostname: str | None = None,
-               hide: Iterable[str] = ()) -> LiveView:
+               hide: Iterable[str] = (), job_cache: dict[str, Job] | None = None) -> LiveView:
     """The live :class:`LiveView` (see the module doc).
 
     Args:
@@ -323,6 +329,8 @@ def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobR
         health_events: GPU UUID -> reason for GPUs a health event closed (Xid, ECC).
         local_hostname: what ``localhost`` in a pool's nodes means (default ``socket.gethostname()``).
         hide: queued job ids the policy must not see (held by a quota).
+        job_cache: job id -> its :func:`job_of` for these pools, filled as jobs are decoded (the
+            caller keeps it while the pools stay the same: a job's request never changes).
     """
     assignment = assign_nodes(spec, inventory, local_hostname)
     specs = _live_specs(spec, inventory, assignment)
@@ -380,21 +388,52 @@ def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobR
         state.pools[pool_name].nodes[node.id] = node
         state.nodes[node.id] = node
     for rec in holding:
-        _hold(view, rec)
+        _hold(view, rec, job_cache)
     hidden = set(hide)
     for rec in queued:
-        if rec.id in hidden:
-            continue
-        allowed = allowed_pools(rec, specs)
-        if allowed is not None:
-            view.allowed[rec.id] = allowed
-        run = JobRun(job_of(rec, specs))
-        run.enqueued_at = rec.submitted_at
-        state.enqueue(run)
+        if rec.id not in hidden:
+            enqueue_record(view, rec, job_cache)
     return view
 
 
-def _hold(view: LiveView, rec: JobRecord) -> None:
+def _cached_job(rec: JobRecord, pools: Mapping[str, PoolSpec], cache: dict[str, Job] | None) -> Job:
+    if cache is None:
+        return job_of(rec, pools)
+    job = cache.get(rec.id)
+    if job is None:
+        job = cache[rec.id] = job_of(rec, pools)
+    return job
+
+
+def enqueue_record(view: LiveView, rec: JobRecord, job_cache: dict[str, Job] | None = None) -> None:
+    """Put a queued job into the view's queue (a submission, or a requeue after its process ended)."""
+    if rec.id in view.state.queue:
+        return
+    allowed = allowed_pools(rec, view.pools)
+    if allowed is not None:
+        view.allowed[rec.id] = allowed
+    run = JobRun(_cached_job(rec, view.pools, job_cache))
+    run.enqueued_at = rec.submitted_at
+    view.state.enqueue(run)
+
+
+def drop_queued(view: LiveView, job_id: str) -> None:
+    """Take a job out of the view's queue (cancelled, or started elsewhere); no-op if it is not there."""
+    if job_id in view.state.queue:
+        view.state.dequeue(job_id)
+    view.allowed.pop(job_id, None)
+
+
+def release_job(view: LiveView, job_id: str) -> None:
+    """Give back what a running/preempted job holds in the view (its process ended)."""
+    run = view.held.pop(job_id, None)
+    view.state.running.pop(job_id, None)
+    view.job_issues.pop(job_id, None)
+    if run is not None and run.placement is not None:
+        view.state.release(run, view.state.time)
+
+
+def _hold(view: LiveView, rec: JobRecord, job_cache: dict[str, Job] | None = None) -> None:
     """Mark what a running/preempted job holds; running jobs also enter ``state.running``."""
     alloc = rec.allocation
     if alloc is None:
@@ -408,7 +447,7 @@ def _hold(view: LiveView, rec: JobRecord) -> None:
             view.job_issues[rec.id] = f"device {dev} is not in the live inventory"
             continue
         refs.append(ref)
-    run = JobRun(job_of(rec, view.pools), state=RunState.RUNNING)
+    run = JobRun(_cached_job(rec, view.pools, job_cache), state=RunState.RUNNING)
     run.started_at = rec.started_at or state.time
     run.first_start = rec.started_at
     if refs:
@@ -430,5 +469,6 @@ def _hold(view: LiveView, rec: JobRecord) -> None:
                 view.job_issues[rec.id] = f"GPU {clash.uuid} is also held by {clash.holders[0]}"
             else:
                 state.allocate(run, Placement(pool, tuple((r.node, r.position) for r in whole)))
+    view.held[rec.id] = run
     if rec.state.value == "running":
         state.running[rec.id] = run

@@ -307,3 +307,28 @@ def test_kill_9_leaves_a_consistent_database(tmp_path: Path, seed: int) -> None:
             assert rec is not None and rec.idempotency_key is not None
             assert s.submit(list(rec.argv), idempotency_key=rec.idempotency_key) == rec.id
             json.dumps([a.to_dict() for a in audit[-5:]])
+
+
+def test_batch_is_one_transaction_with_per_change_savepoints(store: Store) -> None:
+    a, b = store.submit(["a"]), store.submit(["b"])
+    with store.batch():
+        store.mark_running(a, ALLOC, None, None)
+        with pytest.raises(InvalidTransitionError):
+            store.mark_finished(b, 0)  # b is queued: refused, and only this change is undone
+        rec, new = store.submit_record(["c"], idempotency_key="k")
+        again, new2 = store.submit_record(["c"], idempotency_key="k")  # sees the batch's own insert
+        # Another connection does not see any of it before the commit.
+        other = sqlite3.connect(store.path)
+        assert other.execute("SELECT state FROM jobs WHERE id = ?", (a,)).fetchone()[0] == "queued"
+        other.close()
+    assert new and not new2 and again.id == rec.id
+    assert rec == store.get(rec.id)  # the record built in memory is the stored one
+    got = store.get(a)
+    assert got is not None and got.state is JobState.RUNNING
+    with pytest.raises(RuntimeError), store.batch():
+        store.mark_finished(a, 0)
+        store.submit(["d"])
+        raise RuntimeError("boom")  # everything in the block is rolled back
+    got = store.get(a)
+    assert got is not None and got.state is JobState.RUNNING
+    assert len(store.jobs()) == 3 and store.check_invariants() == []

@@ -230,3 +230,30 @@ def test_info_and_reload_keep_jobs(tmp_path: Path) -> None:
         svc.cancel(run.id)
         until(svc, lambda: svc.job_status(wait.id)["state"] == "running")
         assert svc.job_status(wait.id)["attempts"] == 1
+
+
+def test_concurrent_submissions_are_group_committed_and_mirrored(tmp_path: Path) -> None:
+    import threading
+
+    with service(tmp_path) as svc:
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def client(k: int) -> None:
+            for i in range(25):
+                rec = svc.submit(SubmitRequest(["true"], gpus=1, user=f"u{k}", idempotency_key=f"k{k}-{i % 20}"))
+                with lock:
+                    ids.append(rec.id)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == 200 and len(set(ids)) == 160  # 5 idempotent retries per client
+        stored = {r.id for r in svc.store.jobs()}
+        assert stored == set(ids)
+        assert svc.info()["jobs"] == svc.store.counts()
+        until(svc, lambda: svc.store.counts()["done"] == 160, timeout=60)
+        assert svc.info()["jobs"] == svc.store.counts() and svc._queued == {} and svc._holding == {}
+        assert svc.store.check_invariants() == []
