@@ -333,7 +333,7 @@ def status_cmd(
         else:
             rows += [("allocation", _devices_text(j)), ("pid", j.get("pid") or "-"),
                      ("exit code", j.get("exit_code") if j.get("exit_code") is not None else "-"),
-                     ("reason", j.get("reason") or "-")]
+                     ("reason", j.get("reason") or j.get("last_reason") or "-")]
         rows += [("attempts", j.get("attempts", "-")), ("submitted", _ts(j.get("submitted_at"))),
                  ("started", _ts(j.get("started_at"))), ("finished", _ts(j.get("finished_at")))]
         if _req(j).get("deadline"):

@@ -354,10 +354,12 @@ def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobR
             g._uuid = gi.uuid
             physical.append(gi.index)
             problem = None
-            if not gi.healthy:
-                problem = view.unhealthy[gi.uuid] = "reported unhealthy by the backend"
-            elif gi.uuid in events:
+            # The event's reason first: a backend that saw an Xid/ECC event also reports the GPU unhealthy in
+            # its inventory, and "Xid 79 (critical error)" says more than "reported unhealthy".
+            if gi.uuid in events:
                 problem = view.unhealthy[gi.uuid] = events[gi.uuid]
+            elif not gi.healthy:
+                problem = view.unhealthy[gi.uuid] = "reported unhealthy by the backend"
             g.healthy = problem is None
             live_model = resolve_model_name(gi.model or gi.name)
             if problem is None and live_model != ps.model.name:
