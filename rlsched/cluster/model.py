@@ -329,6 +329,11 @@ def queue_shape(job: Job) -> tuple[object, ...]:
     return (*job.shape, job.cpus, job.mem_mib, job.preemptible)
 
 
+def estimate_key(job: Job) -> tuple[str, int, int]:
+    """What a duration estimate may depend on: user, whole GPUs and milli-GPU share."""
+    return (job.user, job.num_gpus, job.gpu_milli)
+
+
 class ClusterState:
     """The one snapshot type every policy sees, in simulation and live.
 
@@ -351,6 +356,10 @@ class ClusterState:
         self.queue_version = 0
         #: how many queued jobs have each request shape (see ``Job.shape``).
         self.queue_shapes: dict[tuple[object, ...], int] = {}
+        #: queued jobs per duration-estimate key (user, GPUs, milli-GPU: what
+        #: :class:`~rlsched.cluster.estimate.DurationEstimator` reads), each in submission
+        #: order, so "the shortest-estimated queued jobs" costs O(keys), not O(queue).
+        self.queue_by_estimate_key: dict[tuple[str, int, int], dict[str, JobRun]] = {}
         self.running: dict[str, JobRun] = {}
         self.quotes: dict[str, MarketQuote] = {}
         #: forecast GPU demand per request-size class ("fractional", "1", "2-4", "8+", total "*")
@@ -397,7 +406,8 @@ class ClusterState:
         jid = run.job.job_id
         st = run.job.submit_time
         level = self.queue_by_priority.setdefault(run.job.priority, {})
-        for d in (self.queue, level):
+        by_key = self.queue_by_estimate_key.setdefault(estimate_key(run.job), {})
+        for d in (self.queue, level, by_key):
             last = next(reversed(d.values()), None) if d else None
             d[jid] = run
             if last is not None and last.job.submit_time > st:
@@ -415,6 +425,11 @@ class ClusterState:
         del level[job_id]
         if not level:
             del self.queue_by_priority[run.job.priority]
+        ek = estimate_key(run.job)
+        same = self.queue_by_estimate_key[ek]
+        del same[job_id]
+        if not same:
+            del self.queue_by_estimate_key[ek]
         key = run.shape
         n = self.queue_shapes[key] - 1
         if n:

@@ -47,10 +47,7 @@ from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
-CODEC_VERSION = 3
-#: Queued jobs beyond the head that are searched for the shortest-estimated half of the window.
-TAIL_SCAN = 64
-
+CODEC_VERSION = 4
 #: Order of the reconfiguration targets (names from :func:`named_layouts`).
 LAYOUT_ORDER: tuple[str, ...] = ("all-1g", "all-2g", "all-3g", "balanced", "mixed-4-3", "all-7g")
 
@@ -239,7 +236,7 @@ class ObservationCodec:
             "globals=" + ",".join(self.global_features),
             "layouts=" + ",".join(LAYOUT_ORDER[: self.layouts]),
             "actions=place(k*P+p),reconfigure(KP+p*L+l),scale(KP+PL+2p+{up,down}),wait",
-            f"window=head{self.window // 2}+shortest{self.window - self.window // 2}of{TAIL_SCAN}",
+            f"window=head{self.window // 2}+shortest{self.window - self.window // 2}ofqueue",
             "wait=only-when-nothing-fits",
         ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
@@ -506,12 +503,17 @@ class ObservationCodec:
         return self._free_rows.pop()
 
     def _select_window(self, state: ClusterState) -> list[JobRun]:
-        """Head + short tail: the oldest K/2 queued jobs, then the K - K/2 jobs with the
-        shortest estimated duration among the next :data:`TAIL_SCAN` (oldest first on ties).
+        """Head + short tail: the oldest K/2 queued jobs, then the K - K/2 queued jobs with
+        the shortest estimated duration among ALL the others (oldest first on ties).
 
         A head-only window fills with jobs that cannot start and hides the short jobs
         that backfilling (and SJF-like ordering) would run (the window-staleness
         problem of Deep Back-Filling); the tail half gives the policy those choices.
+        Codec v3 took them from the next 64 jobs only, which in a burst of a thousand
+        queued jobs hid exactly the short ones: a clone of SJF through that window
+        scheduled no better than weighted-priority. Estimates depend only on
+        (user, GPUs, milli-GPU), so the state's per-key queue index gives the
+        candidates in O(keys + K) (the oracle estimator, per job, scans the queue).
         """
         k = self.window
         queue = state.queue
@@ -522,23 +524,42 @@ class ObservationCodec:
         if key == self._sel_key:
             return list(self._sel_runs)  # queue and estimates unchanged (scale/reconfigure steps)
         head_n = k // 2
-        it = iter(queue.values())
-        head = list(islice(it, head_n))
-        rest = list(islice(it, TAIL_SCAN))
+        need = k - head_n
+        head = list(islice(iter(queue.values()), head_n))
+        head_ids = {r.job.job_id for r in head}
         memo, raw = self._estimate_memo(state)
-        scored = []
-        for i, run in enumerate(rest):
-            job = run.job
-            if memo is None:
-                e = raw(job)
-            else:
-                ck = (job.user, job.num_gpus, job.gpu_milli)
+        cands: list[tuple[float, float, str, JobRun]] = []
+        if memo is None:
+            for run in queue.values():
+                job = run.job
+                if job.job_id not in head_ids:
+                    cands.append((raw(job), job.submit_time, job.job_id, run))
+        else:
+            keyed = []
+            for ck, same_key in state.queue_by_estimate_key.items():
                 got = memo.get(ck)
-                e = got if got is not None else memo.setdefault(ck, raw(job))
-            scored.append((e, i))
-        # rest is in submission order, so sorting the picked indices restores it
-        picked = sorted(i for _, i in heapq.nsmallest(k - head_n, scored))
-        runs = head + [rest[i] for i in picked]
+                e = got if got is not None else memo.setdefault(ck, raw(next(iter(same_key.values())).job))
+                keyed.append((e, ck, same_key))
+            keyed.sort(key=lambda t: t[0])
+            cut = None
+            for e, _, same_key in keyed:
+                if cut is not None and e > cut:
+                    break  # every later key is strictly longer than the K-th candidate
+                taken = 0
+                for run in same_key.values():  # each key's jobs oldest first: only its first `need` can win
+                    job = run.job
+                    if job.job_id in head_ids:
+                        continue
+                    cands.append((e, job.submit_time, job.job_id, run))
+                    taken += 1
+                    if taken >= need:
+                        break
+                if cut is None and len(cands) >= need:
+                    cut = e
+        picked = heapq.nsmallest(need, cands, key=lambda c: (c[0], c[1], c[2]))
+        # the window lists its jobs in submission order, as the queue does
+        picked.sort(key=lambda c: (c[1], c[2]))
+        runs = head + [c[3] for c in picked]
         self._sel_key, self._sel_runs = key, runs
         return list(runs)
 
