@@ -92,7 +92,7 @@ def test_bad_experiment_is_one_line_and_registers_nothing(tmp_path: Path, model_
     assert "did you mean 'total_steps'" in proc.stderr and "Traceback" not in proc.stderr
     import mlflow
 
-    client = mlflow.MlflowClient(registry)
+    client = mlflow.MlflowClient(tracking_uri=registry, registry_uri=registry)  # not a global left by another test
     assert not client.search_registered_models(filter_string=f"name = '{model_name}'")
 
 
