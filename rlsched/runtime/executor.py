@@ -92,6 +92,15 @@ def proc_start_time(pid: int) -> int | None:
     return int(rest[19])
 
 
+def _age_s(start_ticks: int) -> float:
+    """Seconds since a process with ``start_ticks`` (from :func:`proc_start_time`) started."""
+    try:
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # pragma: no cover - /proc is always there on Linux
+        return float("inf")
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _proc_state(pid: int) -> str | None:
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
@@ -183,6 +192,14 @@ class LocalExecutor:
             return None
         if exit_file is None:
             exit_file = _exit_file_from_cmdline(pid)
+            # Between fork and exec a fresh child still shows its parent's command line; give a
+            # process younger than a few seconds a moment to exec before calling it foreign.
+            deadline = time.monotonic() + 1.0
+            while exit_file is None and _age_s(start_time) < 3.0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+                if proc_start_time(pid) != start_time:
+                    return None
+                exit_file = _exit_file_from_cmdline(pid)
             if exit_file is None:
                 return None  # same pid and start time but not our wrapper: never touch it
         exit_path = Path(exit_file)
