@@ -44,8 +44,18 @@ the service was down (exit files written by the wrapper) and requeues jobs whose
 process vanished without one. Job processes run in their own sessions and
 survive the service.
 
-MIG reconfiguration and elastic scaling are plan/apply's business: decisions of
-those kinds are recorded as not applied.
+MIG reconfiguration: a policy's ``Reconfigure`` is applied when it is safe - the
+feasibility check accepts it (:func:`~rlsched.cluster.feasibility.reconfigure_check`),
+the GPU is in a MIG pool, open (healthy, node not cordoned) and no running,
+preempted or launching job of the mirror holds it or one of its instances. The
+GPU is closed for the rest of the pass, and once the pass's transaction committed,
+the backend re-splits it (``set_mig_layout``); the outcome (old and new layout, or
+the backend's error) is ONE ``mig-reconfiguration`` audit record plus a decision
+record, committed together, and the inventory is refreshed so the next pass sees the
+new instance UUIDs. A refused or failed reconfiguration is audited, never fatal.
+The heuristics' own re-splitting stays off (layouts are the spec's; only a policy
+that emits ``Reconfigure`` changes them). Elastic scaling is plan/apply's business:
+``Scale`` decisions are recorded as not applied.
 """
 
 from __future__ import annotations
@@ -54,11 +64,12 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +81,7 @@ from rlsched.cluster.model import ClusterState, PoolSpec, RunState, Sharing
 from rlsched.errors import RlschedError
 from rlsched.policies.base import Scheduler, make_policy
 from rlsched.runtime.audit import AuditEvent, AuditRecord, decision_summary
-from rlsched.runtime.backend import GpuBackend, NodeInfo
+from rlsched.runtime.backend import BackendError, GpuBackend, NodeInfo
 from rlsched.runtime.executor import EXIT_LOST, EXIT_NOT_EXECUTABLE, Launched, LocalExecutor, proc_start_time
 from rlsched.runtime.guard import FallbackScheduler, GuardConfig, illegal_reason
 from rlsched.runtime.select import get_backend
@@ -157,6 +168,14 @@ class _PendingSubmit:
     record: JobRecord | None = None
     error: Exception | None = None
     done: bool = False
+
+
+def _counts(layout: Iterable[str]) -> dict[str, int]:
+    """A MIG layout (profile names) as mig-parted counts."""
+    out: dict[str, int] = {}
+    for name in layout:
+        out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _exit_reason(rc: int) -> str:
@@ -291,7 +310,10 @@ class SchedulerService:
                 params["w_wait"] = float(weights["wait"])
         sched = make_policy(name, **params)
         if hasattr(sched, "mig_reconfigure"):
-            # MIG layouts are the spec's (plan/apply); the live service never re-splits a GPU.
+            # MIG layouts are the spec's (plan/apply): the heuristics never re-split a GPU on their own
+            # (their dynamic re-splitting was written for the simulator, where a reconfiguration is free to
+            # retry and no operator expects the declared layout). A policy that emits Reconfigure still may
+            # (see _reconfigure).
             sched.mig_reconfigure = False
         return sched
 
@@ -961,14 +983,15 @@ class SchedulerService:
         return str(getattr(primary, "name", "") or self._policy.scheduler)
 
     def _note(self, kind: str, job: str | None, payload: dict[str, Any], reason: str, source: str,
-              version: str) -> None:
-        """Record a decision that was not applied (once per state of the cluster)."""
+              version: str) -> bool:
+        """Record a decision that was not applied (once per state of the cluster); True if recorded now."""
         key = (kind, job or "", reason)
         if key in self._noted:
-            return
+            return False
         self._noted.add(key)
         self.store.append_decision(kind, payload, applied=False, job=job, policy=source, model_version=version,
                                    reason=reason)
+        return True
 
     def _apply(self, view: LiveView, d: Decision, holdings: list[Holding], source: str, version: str,
                now: float) -> bool:
@@ -977,15 +1000,20 @@ class SchedulerService:
         if isinstance(d, WakeAt):
             self._next_decide = min(self._next_decide, d.time)
             return False
-        if isinstance(d, (Scale, Reconfigure)):
+        if isinstance(d, Scale):
             self._note(summary["kind"], None, summary, "not applied by the live service (rlsched plan/apply "
-                       "changes pools and MIG layouts)", source, version)
+                       "changes pools)", source, version)
             return False
         why = illegal_reason(state, d)
         if why is not None:
             self.metrics.refused.labels(source="service").inc()
+            if isinstance(d, Reconfigure):
+                self._refuse_reconfigure(view, d, summary, f"illegal: {why}", source, version)
+                return False
             self._note(summary["kind"], getattr(d, "job_id", None), summary, f"illegal: {why}", source, version)
             return False
+        if isinstance(d, Reconfigure):
+            return self._reconfigure(view, d, summary, source, version)
         if isinstance(d, Preempt):
             try:
                 rec = self.store.preempt(d.job_id, d.reason or "priority", policy=source, model_version=version)
@@ -1021,6 +1049,96 @@ class SchedulerService:
             self._note("place", d.job_id, summary, blocked, source, version)
             return False
         return self._start(view, queued, d, holdings, source, version)
+
+    # ------------------------------------------------------------------ MIG reconfiguration
+    def _refuse_reconfigure(self, view: LiveView, d: Reconfigure, summary: dict[str, Any], reason: str,
+                            source: str, version: str) -> None:
+        """Record (once per cluster state) and audit a Reconfigure the service does not apply."""
+        if not self._note(summary["kind"], None, summary, reason, source, version):
+            return
+        node = view.state.nodes.get(d.node_id)
+        gpu = node.gpus[d.gpu_index] if node is not None and 0 <= d.gpu_index < len(node.gpus) else None
+        uuid = getattr(gpu, "_uuid", None) if gpu is not None else None
+        self.store.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=(uuid,) if uuid else (), policy=source,
+                                model_version=version, reason=f"refused: {reason}",
+                                extra={"applied": False, "node": d.node_id, "gpu_index": d.gpu_index,
+                                       "new_layout": _counts(d.layout)})
+
+    def _reconfigure(self, view: LiveView, d: Reconfigure, summary: dict[str, Any], source: str,
+                     version: str) -> bool:
+        """Apply a legal Reconfigure when it is safe (see the module doc); True if it was scheduled."""
+        state = view.state
+        node = state.nodes[d.node_id]  # (reconfigure_check accepted it: the node and the GPU exist)
+        gpu = node.gpus[d.gpu_index]
+        gpu_uuid = str(getattr(gpu, "_uuid", "") or "")
+        info = next((g for n in self._inventory if n.hostname == d.node_id for g in n.gpus if g.uuid == gpu_uuid),
+                    None)
+        host = next((n for n in self._inventory if n.hostname == d.node_id), None)
+        pool = view.pools.get(node.pool)
+        why: str | None = None
+        if info is None or host is None:
+            why = f"GPU {d.node_id}/{d.gpu_index} is not in the backend's inventory"
+        elif pool is None or pool.sharing is not Sharing.MIG:
+            why = f"GPU {gpu_uuid} is not in a MIG pool"
+        elif not host.reachable or host.cordoned:
+            why = f"node {d.node_id} is {'cordoned' if host.cordoned else 'unreachable'}"
+        elif not info.healthy or gpu_uuid in view.gpu_problems or gpu_uuid in self._health_events:
+            why = f"GPU {gpu_uuid} is closed: {view.gpu_problems.get(gpu_uuid) or 'unhealthy'}"
+        else:
+            mine = {gpu_uuid, *(m.uuid for m in info.mig_devices)}
+            for rec in self._holding.values():
+                alloc = rec.allocation
+                if alloc is None:
+                    continue
+                if mine.intersection(alloc.devices) or (alloc.node == d.node_id and info.index in alloc.gpu_indices
+                                                        and alloc.slice_start is not None) \
+                        or any(ref is not None and ref.gpu_uuid == gpu_uuid
+                               for ref in map(view.devices.get, alloc.devices)):
+                    why = f"GPU {gpu_uuid} is held by job {rec.id} ({rec.state.value})"
+                    break
+        if why is None and any(self._holding.get(j) is None for j in self._launching):
+            why = "a job is being launched whose allocation is not known yet"
+        if why is not None:
+            self.metrics.refused.labels(source="service").inc()
+            self._refuse_reconfigure(view, d, summary, why, source, version)
+            return False
+        assert info is not None
+        old = info.layout_counts()
+        new = _counts(d.layout)
+        # Closed for the rest of this pass: its old instances are about to disappear.
+        gpu.busy_until = math.inf
+        host_name = d.node_id
+
+        def apply() -> None:
+            applied, error = True, ""
+            try:
+                self.backend.set_mig_layout(host_name, gpu_uuid, new)
+            except BackendError as exc:  # GpuInUseError, ResetRequiredError, a failed create...
+                applied, error = False, f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a backend bug must not stop the loop either
+                applied, error = False, f"{type(exc).__name__}: {exc}"
+            if error:
+                _log.warning("MIG reconfiguration of GPU %s failed: %s", gpu_uuid, error)
+            extra: dict[str, Any] = {"applied": applied, "node": host_name, "gpu_index": info.index,
+                                     "old_layout": old, "new_layout": new}
+            if error:
+                extra["error"] = error
+            reason = "policy" if applied else f"failed: {error}"
+            try:
+                with self.store.batch():
+                    self.store.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=(gpu_uuid,), policy=source,
+                                            model_version=version, reason=reason, extra=extra)
+                    self.store.append_decision(summary["kind"], summary, applied=applied, policy=source,
+                                               model_version=version, reason="" if applied else error)
+            finally:
+                # The next pass must see the new (or lost) instances: refresh now and rebuild the view.
+                self._refresh_inventory()
+                self._view = None
+                self._signature = None
+                self._wake.set()
+
+        self._after_commit.append(apply)
+        return True
 
     def _start(self, view: LiveView, rec: JobRecord, d: Place, holdings: list[Holding], source: str,
                version: str) -> bool:
