@@ -51,6 +51,20 @@ def provisioning_gpus(pool: Pool) -> int:
     return sum(len(n.gpus) for n in pool.nodes.values() if n.status is NodeStatus.PROVISIONING)
 
 
+def cheapest_with_headroom(state: ClusterState, pools: list[Pool]) -> Pool | None:
+    """The pool with room to grow and the lowest current price per GPU-hour (first on ties)."""
+    best = None
+    best_price = math.inf
+    for pool in pools:
+        if headroom(state, pool) <= 0:
+            continue
+        q = state.quotes.get(pool.name)
+        price = q.price_per_gpu_hour if q else 0.0
+        if price < best_price:
+            best, best_price = pool, price
+    return best
+
+
 class QueueAutoscaler:
     """Buy nodes for blocked jobs in the cheapest elastic pool that can run each.
 
@@ -67,29 +81,11 @@ class QueueAutoscaler:
 
     def choose_pool(self, state: ClusterState, run: JobRun, pools: list[Pool]) -> Pool | None:
         """The elastic pool to buy capacity in for ``run`` (cheapest first)."""
-        best = None
-        best_price = math.inf
-        for pool in pools:
-            if headroom(state, pool) <= 0:
-                continue
-            q = state.quotes.get(pool.name)
-            price = q.price_per_gpu_hour if q else 0.0
-            if price < best_price:
-                best, best_price = pool, price
-        return best
+        return cheapest_with_headroom(state, pools)
 
     def forecast_pool(self, state: ClusterState, pools: list[Pool]) -> Pool | None:
         """The elastic pool to buy forecast capacity in: the cheapest with headroom (override to restrict)."""
-        best = None
-        best_price = math.inf
-        for pool in pools:
-            if headroom(state, pool) <= 0:
-                continue
-            q = state.quotes.get(pool.name)
-            price = q.price_per_gpu_hour if q else 0.0
-            if price < best_price:
-                best, best_price = pool, price
-        return best
+        return cheapest_with_headroom(state, pools)
 
     def forecast_decisions(self, state: ClusterState, elastic: list[Pool], blocked_gpus: float,
                            bought: dict[str, int]) -> Iterator[Decision]:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsched.errors import RlschedError
+from rlsched.plan.state import pid_alive as _pid_exists
 from rlsched.service.client import DEFAULT_LISTEN, SERVER_FILE, Client, ServiceError, read_server_info
 
 if TYPE_CHECKING:
@@ -141,15 +142,9 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    """:func:`rlsched.plan.state.pid_alive`, except that a zombie (an exited, unreaped child) is dead."""
+    if not _pid_exists(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of ours counts as dead
     with contextlib.suppress(OSError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         if stat.rpartition(")")[2].split()[0] == "Z":
