@@ -16,8 +16,10 @@ YAML shape (every key but ``cluster`` and ``workload`` optional)::
         max_jobs: null
     load_factor: 0.9                       # rescale arrivals to this offered load
     preemptible: trace                     # trace | all | none : who may use spot
-    deadline_factor: null                  # deadline = submit + factor x duration
-    market: default                        # or {prices: FILE, availability: FILE, offset_s: 0}
+    deadline_factor: null                  # deadline = submit + factor x duration (+ deadline_slack_s)
+    deadline_slack_s: 0                    # extra slack on every deadline (provisioning, queueing)
+    market: default                        # or {prices: FILE, availability: FILE, offset_s: 0,
+                                           #     preemption: advisor | observed}
     sim: {seed: 0, checkpoint_interval_s: 1800, restart_overhead_s: 60, mig_reconfig_s: 60}
 
 Offered load is measured against the cluster's *base* capacity: its on-prem GPUs,
@@ -39,8 +41,8 @@ from rlsched.market.base import Market
 from rlsched.sim.engine import SimConfig
 from rlsched.yamlfile import check_keys, load_mapping
 
-_KEYS = {"name", "cluster", "workload", "load_factor", "preemptible", "deadline_factor", "market", "sim",
-         "max_jobs", "description"}
+_KEYS = {"name", "cluster", "workload", "load_factor", "preemptible", "deadline_factor", "deadline_slack_s",
+         "market", "sim", "max_jobs", "description"}
 _WORKLOAD_KEYS = {"path", "format", "virtual_cluster", "max_jobs", "skip_bad_rows"}
 _SIM_KEYS = {"seed", "checkpoint_interval_s", "restart_overhead_s", "mig_reconfig_s", "oracle_durations",
              "timeline_points"}
@@ -107,8 +109,14 @@ def apply_workload_options(
     preemptible: str = "trace",
     deadline_factor: float | None = None,
     max_jobs: int | None = None,
+    deadline_slack_s: float = 0.0,
 ) -> list[Job]:
-    """Shape a raw workload for a cluster: cut, rescale to a load, set spot eligibility and deadlines."""
+    """Shape a raw workload for a cluster: cut, rescale to a load, set spot eligibility and deadlines.
+
+    ``deadline = submit + deadline_factor x duration + deadline_slack_s``. The additive
+    slack exists because a pure multiple is shorter than a node's provisioning delay for
+    short jobs (3 x a 60 s job), which no policy can meet on elastic capacity.
+    """
     from rlsched.workload.trace import Trace
     from rlsched.workload.windows import scale_to_load, take
 
@@ -130,7 +138,11 @@ def apply_workload_options(
     if deadline_factor is not None:
         if deadline_factor < 1:
             raise ScenarioError(f"deadline_factor must be >= 1, got {deadline_factor}")
-        jobs = [replace(j, deadline=j.submit_time + deadline_factor * j.duration) for j in jobs]
+        if deadline_slack_s < 0:
+            raise ScenarioError(f"deadline_slack_s must be >= 0, got {deadline_slack_s}")
+        jobs = [replace(j, deadline=j.submit_time + deadline_factor * j.duration + deadline_slack_s) for j in jobs]
+    elif deadline_slack_s:
+        raise ScenarioError("deadline_slack_s needs deadline_factor (it is added to factor x duration)")
     return jobs
 
 
@@ -188,6 +200,7 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
     jobs = apply_workload_options(
         jobs, pools, load_factor=data.get("load_factor"), preemptible=str(data.get("preemptible", "trace")),
         deadline_factor=data.get("deadline_factor"), max_jobs=data.get("max_jobs"),
+        deadline_slack_s=float(data.get("deadline_slack_s") or 0.0),
     )
     sim_cfg = data.get("sim") or {}
     _check_keys("sim", sim_cfg, _SIM_KEYS)
@@ -199,16 +212,18 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
 def build_market(spec: Any, pools: list[PoolSpec], base: Path | None = None, offset_s: float = 0.0) -> Market:
     """The default market, or one from canonical price/availability files; checked against the pools."""
     from rlsched.market import TableMarket, default_market, read_availability, read_prices
+    from rlsched.market.defaults import preemption_models
 
     if spec in (None, "default"):
         market = default_market(offset_s)
     elif isinstance(spec, dict):
-        _check_keys("market", spec, {"prices", "availability", "offset_s"})
+        _check_keys("market", spec, {"prices", "availability", "offset_s", "preemption"})
         offset = float(spec.get("offset_s", offset_s))
         dm = default_market(offset)
         prices = read_prices(str(_resolve(spec["prices"], base))) if spec.get("prices") else dm.prices
         avail = read_availability(str(_resolve(spec["availability"], base))) if spec.get("availability") else None
-        market = TableMarket(prices, avail, dm.preemption, dm.fallback_preemption, offset_s=offset)
+        models, fallback = preemption_models(str(spec.get("preemption", "advisor")))
+        market = TableMarket(prices, avail, models, fallback, offset_s=offset)
     else:
         raise ScenarioError(f"market must be 'default' or a mapping, got {spec!r}")
     market.check_pools(pools)

@@ -106,7 +106,12 @@ def simulate(
     preemptible: Annotated[str | None, typer.Option(
         "--preemptible", help="Who may use spot: trace (its column), all, none.")] = None,
     deadline_factor: Annotated[float | None, typer.Option(
-        "--deadline-factor", help="Give every job deadline = submit + X x duration.")] = None,
+        "--deadline-factor", help="Give every job deadline = submit + X x duration (+ --deadline-slack).")] = None,
+    deadline_slack: Annotated[float, typer.Option(
+        "--deadline-slack", help="Seconds added to every --deadline-factor deadline (provisioning, queueing).")] = 0.0,
+    preemption: Annotated[str | None, typer.Option(
+        "--preemption", help="Spot lifetimes: advisor (AWS Spot Advisor hazards, the default) or observed "
+        "(the 2020 observed lifetimes: reclaims every few hours).")] = None,
     checkpoint_interval: Annotated[float | None, typer.Option(
         "--checkpoint-interval", help="Seconds of work between checkpoints (default 1800).")] = None,
     oracle: Annotated[bool, typer.Option(
@@ -152,9 +157,9 @@ def simulate(
     else:
         sc = load_scenario(scenario)
     jobs = apply_workload_options(sc.jobs, sc.pools, load_factor=load_factor, preemptible=preemptible or "trace",
-                                  deadline_factor=deadline_factor, max_jobs=max_jobs)
-    if prices is not None or spot_availability is not None or market_offset:
-        spec: dict[str, Any] = {"offset_s": market_offset}
+                                  deadline_factor=deadline_factor, max_jobs=max_jobs, deadline_slack_s=deadline_slack)
+    if prices is not None or spot_availability is not None or market_offset or preemption is not None:
+        spec: dict[str, Any] = {"offset_s": market_offset, "preemption": preemption or "advisor"}
         if prices is not None:
             spec["prices"] = str(prices)
         if spot_availability is not None:

@@ -20,6 +20,7 @@ from importlib import resources
 
 from rlsched.cluster.catalog import GpuModel, gpu_model
 from rlsched.cluster.model import PoolKind
+from rlsched.errors import ScenarioError
 from rlsched.market.canonical import PriceTable, read_prices
 from rlsched.market.market import TableMarket
 from rlsched.market.preemption import PreemptionModel, read_preemption_table
@@ -84,6 +85,30 @@ def default_preemption() -> tuple[dict[str, PreemptionModel], PreemptionModel | 
     models: dict[str, PreemptionModel] = {m: km for m, km in kms.items() if m != "*"}
     models.update(hazards)  # the advisor hazard wins where both exist
     return models, kms.get("*")
+
+
+#: ``preemption:`` choices of a scenario's market (see :func:`preemption_models`)
+PREEMPTION_SOURCES = ("advisor", "observed")
+
+
+def preemption_models(source: str = "advisor") -> tuple[dict[str, PreemptionModel], PreemptionModel | None]:
+    """Lifetime models of spot nodes by evidence source.
+
+    ``advisor`` (the default market's): the AWS Spot Advisor hazard where a model has
+    one, else its 2020 Kaplan-Meier curve, else the pooled curve. ``observed``: only the
+    observed 2020 lifetimes (per-model Kaplan-Meier curve, else the pooled one) - the
+    harsh market of the 2020 price histories (mean life ~2.5 h, mostly 24 h-capped GCP
+    preemptible VMs), where reclaims actually happen in a days-long simulation.
+
+    Raises:
+        ScenarioError: an unknown source.
+    """
+    if source == "advisor":
+        return default_preemption()
+    if source == "observed":
+        _, kms = read_preemption_table(_data_path(DEFAULT_PREEMPTION_FILE))
+        return {m: km for m, km in kms.items() if m != "*"}, kms.get("*")
+    raise ScenarioError(f"market.preemption must be one of {', '.join(PREEMPTION_SOURCES)}, got {source!r}")
 
 
 def default_market(offset_s: float = 0.0) -> TableMarket:

@@ -12,6 +12,7 @@ An experiment names what to train on and how (keys not listed are errors with a
         eval_windows_h: [[1700, 1800]]  # evaluation windows: never overlap training
         clusters: ["8x8xV100-16GB"]     # optional variants of the cluster (sizes, shapes)
         load_factors: [0.8, 1.0]        # optional arrival rescaling per variant
+        market_offsets_h: [0, 2000]     # optional price periods (hours into the market series)
     holdout: []                         # like scenarios, evaluation only: unseen shapes
     episode_jobs: 400                   # jobs per training episode (a random window)
     eval_max_jobs: 2000                 # cap per evaluation window
@@ -58,6 +59,8 @@ class ScenarioEntry:
     eval_windows_h: tuple[tuple[float, float], ...] = ()
     clusters: tuple[str, ...] = ()
     load_factors: tuple[float, ...] = ()
+    #: hours into the market series where a world's run starts (one price period each)
+    market_offsets_h: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,9 +222,13 @@ def _scenario_entry(where: str, d: Any, base: Path, *, holdout: bool) -> Scenari
     lfs = tuple(float(x) for x in d.get("load_factors") or ())
     if any(x <= 0 for x in lfs):
         raise ExperimentError(f"{where}.load_factors: must be > 0")
+    offsets = d.get("market_offsets_h") or ()
+    if not (isinstance(offsets, (list, tuple)) and all(isinstance(x, (int, float)) and x >= 0 for x in offsets)):
+        raise ExperimentError(f"{where}.market_offsets_h: a list of hours >= 0, got {offsets!r}")
     return ScenarioEntry(
         name=str(d.get("name") or f"scenario{where[-2]}"), scenario=sc, train_window_h=train, eval_windows_h=evals,
         clusters=tuple(str(c) for c in d.get("clusters") or ()), load_factors=lfs,
+        market_offsets_h=tuple(float(x) for x in offsets),
     )
 
 

@@ -13,6 +13,8 @@ from rlsched.train.worlds import World
 from rlsched.workload.forecast import fresh_forecaster
 
 #: Metrics averaged over worlds in the summary (lower is better except utilisation).
+#: the on-demand-only baseline that spot economics are measured against (issue 6)
+ONDEMAND_REFERENCE = "ondemand-autoscale"
 SUMMARY_METRICS = ("mean_jct_s", "p95_jct_s", "mean_wait_s", "cost_usd", "gpu_utilization", "deadline_misses",
                    "lost_gpu_hours", "jobs_completed", "jobs_unschedulable")
 
@@ -53,9 +55,11 @@ def evaluate(
     heuristics: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
     bound: bool = False,
+    extra: Sequence[Callable[[], Any]] = (),
 ) -> dict[str, Any]:
     """Run the policy (if any) and every heuristic on every world.
 
+    ``extra`` builds further competitors (e.g. the behaviour-cloning teacher) per world.
     With ``bound``, each world also gets an :data:`ORACLE_BOUND` row (SJF on true durations).
 
     Returns:
@@ -66,7 +70,7 @@ def evaluate(
     per_world: dict[str, dict[str, dict[str, float]]] = {}
     for world in worlds:
         row: dict[str, dict[str, float]] = {}
-        scheds: list[Any] = [make_policy(n) for n in names]
+        scheds: list[Any] = [make_policy(n) for n in names] + [f() for f in extra]
         if policy_factory is not None:
             scheds.insert(0, policy_factory())
         for sched in scheds:
@@ -92,22 +96,52 @@ def evaluate(
                 "jct_vs_weighted_priority": s["mean_jct_s"] / wp["mean_jct_s"] if wp["mean_jct_s"] else float("nan"),
                 "cost_vs_weighted_priority": s["cost_usd"] / wp["cost_usd"] if wp["cost_usd"] else 1.0,
             }
+    if ONDEMAND_REFERENCE in summary:
+        # Spot economics compare against on-demand-only capacity world by world: the mean of the
+        # per-world ratios, so a cheap world counts as much as an expensive one.
+        for p in policies:
+            jr, cr = [], []
+            for w in per_world.values():
+                ref, mine = w[ONDEMAND_REFERENCE], w[p]
+                if ref["mean_jct_s"] > 0:
+                    jr.append(mine["mean_jct_s"] / ref["mean_jct_s"])
+                if ref["cost_usd"] > 0:
+                    cr.append(mine["cost_usd"] / ref["cost_usd"])
+            relative.setdefault(p, {}).update({
+                "jct_vs_ondemand": statistics.fmean(jr) if jr else float("nan"),
+                "cost_vs_ondemand": statistics.fmean(cr) if cr else float("nan"),
+            })
     return {"worlds": per_world, "summary": summary, "relative": relative}
 
 
 def comparison_markdown(result: dict[str, Any], title: str) -> str:
-    """The summary as a markdown table (model cards, MLflow artifacts, the terminal)."""
-    lines = [f"### {title}", "", "| policy | mean JCT h | p95 JCT h | mean wait h | cost USD | GPU util | "
-             "JCT vs WP | cost vs WP | completed | unfinished |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """The summary as a markdown table (model cards, MLflow artifacts, the terminal).
+
+    With the on-demand-only baseline among the policies, the table also gives the
+    spot-economics columns: mean per-world JCT and cost relative to it, deadline misses
+    and lost GPU-hours (means over the worlds).
+    """
     rel = result.get("relative", {})
+    spot = any("cost_vs_ondemand" in r for r in rel.values())
+    head = ("| policy | mean JCT h | p95 JCT h | mean wait h | cost USD | GPU util | JCT vs WP | cost vs WP | "
+            "completed | unfinished |")
+    sep = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if spot:
+        head += " JCT vs on-demand | cost vs on-demand | deadline misses | lost GPU-h |"
+        sep += "---:|---:|---:|---:|"
+    lines = [f"### {title}", "", head, sep]
     for p, s in sorted(result["summary"].items(), key=lambda kv: kv[1]["mean_jct_s"]):
         r = rel.get(p, {})
         label = f"{p} (reference: true durations)" if is_reference(p) else p
-        lines.append(
+        line = (
             f"| {label} | {s['mean_jct_s'] / 3600:.2f} | {s['p95_jct_s'] / 3600:.2f} | {s['mean_wait_s'] / 3600:.2f} | "
             f"{s['cost_usd']:,.0f} | {s['gpu_utilization']:.1%} | "
             f"{r.get('jct_vs_weighted_priority', float('nan')):.3f} | "
             f"{r.get('cost_vs_weighted_priority', float('nan')):.3f} | {s['jobs_completed']:.0f} | "
             f"{s['jobs_unschedulable']:.0f} |"
         )
+        if spot:
+            line += (f" {r.get('jct_vs_ondemand', float('nan')):.3f} | {r.get('cost_vs_ondemand', float('nan')):.3f} | "
+                     f"{s['deadline_misses']:.1f} | {s['lost_gpu_hours']:.1f} |")
+        lines.append(line)
     return "\n".join(lines) + "\n"

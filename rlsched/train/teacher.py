@@ -9,17 +9,86 @@ scheduler sees, never the true one), oldest first on ties: a stronger starting
 point on mean JCT that PPO then has to improve on. With nothing to place, both buy
 one node in the cheapest elastic pool that can grow (when none is already
 provisioning), else wait. Neither reconfigures MIG.
+
+``sjf-spot-first`` is the cost-aware teacher of the spot experiment: the SJF order,
+but on-demand capacity only for jobs that need it - not preemptible, or *at risk*
+(deadline slack below the estimated remaining work plus the on-demand
+provisioning delay; without a deadline, queued longer than ``max(estimate, 1 h)``).
+Everything else runs on on-prem or spot, and waits for spot rather than buying
+on-demand. It buys spot while the queued preemptible demand exceeds the spot pools'
+free and provisioning GPUs, and on-demand only for at-risk demand; idle nodes are
+stopped by the engine's idle-stop rule, so it never scales down.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from rlsched.cluster.model import ClusterState, NodeStatus, PoolKind
+from rlsched.cluster.decisions import Decision
+from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
 from rlsched.envs.codec import ObservationCodec
+from rlsched.policies.autoscale import provisioning_gpus
 
 #: teacher names accepted by ``bc.teacher`` in an experiment file
-TEACHERS = ("weighted-priority", "sjf")
+TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first")
+
+#: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
+AT_RISK_WAIT_S = 3600.0
+
+
+def at_risk(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -> bool:
+    """Whether a queued job should be given on-demand capacity (see the module doc)."""
+    job = run.job
+    if not job.preemptible:
+        return True
+    remaining = max(estimate - run.work_done, 0.0)
+    if job.deadline is not None:
+        return job.deadline - now - remaining < remaining + ondemand_delay_s
+    return run.queued_s + (now - run.enqueued_at) > max(estimate, AT_RISK_WAIT_S)
+
+
+def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray) -> int:
+    p_slots = codec.max_pools
+    pools = list(state.pools.values())[:p_slots]
+    now = state.time
+    est = state.estimator.estimate
+    od_delay = min((p.spec.provision_delay_s for p in pools if p.spec.kind is PoolKind.ONDEMAND), default=0.0)
+    runs = codec.window_runs(state)
+    order = sorted(range(len(pools)), key=lambda p: (
+        _KIND_RANK[pools[p].spec.kind], _price(state, pools[p])))
+    ranked = sorted(range(len(runs)), key=lambda i: (est(runs[i].job), -runs[i].job.submit_time, -i))
+    for k in ranked:
+        risky = at_risk(runs[k], est(runs[k].job), now, od_delay)
+        for p in order:
+            if pools[p].spec.kind is PoolKind.ONDEMAND and not risky:
+                continue
+            a = k * p_slots + p
+            if mask[a]:
+                return a
+    # Buying: spot for the preemptible queue, on-demand only for at-risk demand.
+    want = {PoolKind.SPOT: 0.0, PoolKind.ONDEMAND: 0.0}
+    for run in state.queue.values():
+        kind = PoolKind.ONDEMAND if at_risk(run, est(run.job), now, od_delay) else PoolKind.SPOT
+        want[kind] += run.job.gpu_demand
+    for kind in (PoolKind.SPOT, PoolKind.ONDEMAND):
+        mine = [p for p in order if pools[p].spec.kind is kind]
+        have = sum(pools[p].free_whole_gpus() + provisioning_gpus(pools[p]) for p in mine)
+        if want[kind] > have:
+            for p in mine:
+                a = codec.scale_offset + 2 * p
+                if mask[a]:
+                    return a
+    return codec.wait_action
+
+
+_KIND_RANK = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
+
+
+def _price(state: ClusterState, pool: Pool) -> float:
+    q = state.quotes.get(pool.name)
+    return q.price_per_gpu_hour if q else 0.0
 
 
 def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
@@ -27,6 +96,8 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
     """The teacher's choice (``rule``, one of :data:`TEACHERS`) among the legal actions in ``mask``."""
     if rule not in TEACHERS:
         raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
+    if rule == "sjf-spot-first":
+        return _spot_first_action(codec, state, mask)
     k_slots, p_slots = codec.window, codec.max_pools
     runs = codec.window_runs(state)
     pools = list(state.pools.values())[:p_slots]
@@ -70,3 +141,37 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
                     return a
     del k_slots
     return codec.wait_action
+
+
+class TeacherScheduler:
+    """A teacher driven like any scheduler, through the codec (window, mask, decode).
+
+    It runs the same decision loop as :class:`~rlsched.policies.ppo.PpoScheduler`, with
+    :func:`teacher_action` in place of the network, so evaluation can put "the policy
+    PPO was cloned from" beside the trained policy: the clone's agreement says how well
+    it imitates, this row says what imitation alone would score.
+    """
+
+    def __init__(self, rule: str, window: int = 16, max_pools: int = 4, max_actions: int = 256) -> None:
+        if rule not in TEACHERS:
+            raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
+        self.rule = rule
+        self.name = f"teacher:{rule}"
+        self.window, self.max_pools, self.max_actions = window, max_pools, max_actions
+        self.codec = ObservationCodec(window=window, max_pools=max_pools)
+
+    def reset(self, state: ClusterState) -> None:
+        self.codec = ObservationCodec(window=self.window, max_pools=self.max_pools)
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        codec = self.codec
+        codec.track(state)
+        for _ in range(self.max_actions):
+            codec.invalidate(None)
+            mask = codec.mask(state)
+            if codec.only_wait(state):
+                return
+            decision = codec.decode(teacher_action(codec, state, mask, rule=self.rule), state)
+            if decision is None:
+                return
+            yield decision

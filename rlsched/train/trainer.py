@@ -368,8 +368,14 @@ def train(
         save_checkpoint(model, ckpt_dir, model.num_timesteps)
         train_wall = time.perf_counter() - t_start
         log("evaluating the final policy against every heuristic ...")
-        ev = evaluate(eval_worlds, current_policy, bound=True)
-        ho = evaluate(holdout_worlds, current_policy, bound=True) if holdout_worlds else None
+        extra: list[Any] = []
+        if exp.bc.steps > 0:
+            from rlsched.train.teacher import TeacherScheduler
+
+            # the row PPO was cloned from: did training improve on imitation?
+            extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools))
+        ev = evaluate(eval_worlds, current_policy, bound=True, extra=extra)
+        ho = evaluate(holdout_worlds, current_policy, bound=True, extra=extra) if holdout_worlds else None
         table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
         if ho is not None:
             table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(holdout_worlds)} windows)")

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlsched.cluster.spec import format_cluster, parse_cluster
-from rlsched.scenario import Scenario, apply_workload_options, build_market, load_scenario
+from rlsched.scenario import Scenario, apply_workload_options, load_scenario
 from rlsched.train.config import ExperimentError, ScenarioEntry
 from rlsched.workload.trace import Trace
 from rlsched.workload.windows import take, window
@@ -57,17 +57,36 @@ def load_entry(entry: ScenarioEntry) -> Scenario:
     return _load(json.dumps(entry.scenario, sort_keys=True))
 
 
-def _variants(entry: ScenarioEntry, base: Scenario) -> list[tuple[str, Scenario]]:
+def _variants(entry: ScenarioEntry, base: Scenario) -> list[tuple[str, Scenario, float | None]]:
+    """Every (cluster, market period, load) variant of an entry: label, scenario, load factor.
+
+    A cluster override keeps the scenario's own market (prices, availability and
+    preemption source), checked against the new pools; a market offset reads the same
+    market that many hours later (another price period).
+    """
+    from rlsched.market import TableMarket
+
     clusters = entry.clusters or (None,)
     loads = entry.load_factors or (None,)
+    offsets = entry.market_offsets_h or (None,)
+    table = base.market if isinstance(base.market, TableMarket) else None
+    if table is None and (entry.clusters or entry.market_offsets_h):
+        raise ExperimentError(f"scenario {entry.name}: clusters/market_offsets_h need a table market")
     out = []
     for c in clusters:
         pools = parse_cluster(c) if c else base.pools
-        market = build_market("default", pools) if c else base.market
-        for lf in loads:
-            label = f"{format_cluster(pools) if c else 'base'}@{lf if lf is not None else 'trace'}"
-            out.append((label, replace(base, pools=pools, market=market, jobs=base.jobs,
-                                       name=f"{base.name}[{label}]", source=f"{base.source}|{lf}")))
+        if c and table is not None:
+            table.check_pools(pools)
+        for off in offsets:
+            market: Any = base.market
+            if off is not None and table is not None:
+                market = table.with_offset(table.offset_s + off * 3600.0)
+            for lf in loads:
+                label = f"{format_cluster(pools) if c else 'base'}@{lf if lf is not None else 'trace'}"
+                if off is not None:
+                    label += f"@market+{off:g}h"
+                out.append((label, replace(base, pools=pools, market=market, jobs=base.jobs,
+                                           name=f"{base.name}[{label}]", source=f"{base.source}|{lf}"), lf))
     return out
 
 
@@ -92,9 +111,7 @@ def training_worlds(entries: tuple[ScenarioEntry, ...]) -> list[World]:
         base = load_entry(entry)
         assert entry.train_window_h is not None
         a, b = entry.train_window_h
-        lfs = entry.load_factors or (None,)
-        for (label, sc), lf in zip(_variants(entry, base), [x for _ in (entry.clusters or (None,)) for x in lfs],
-                                   strict=True):
+        for label, sc, lf in _variants(entry, base):
             cut = _cut(sc, a, b, None, lf)
             if len(cut.jobs) < 2:
                 raise ExperimentError(f"scenario {entry.name}: training window [{a}, {b}] h has {len(cut.jobs)} jobs")
@@ -111,9 +128,7 @@ def evaluation_worlds(entries: tuple[ScenarioEntry, ...], max_jobs: int) -> list
         if not windows:
             span_h = (base.jobs[-1].submit_time - base.jobs[0].submit_time) / 3600.0 if base.jobs else 0.0
             windows = ((0.0, max(span_h, 1.0) + 1.0),)
-        lfs = entry.load_factors or (None,)
-        for (label, sc), lf in zip(_variants(entry, base), [x for _ in (entry.clusters or (None,)) for x in lfs],
-                                   strict=True):
+        for label, sc, lf in _variants(entry, base):
             for a, b in windows:
                 cut = _cut(sc, a, b, max_jobs, lf)
                 if len(cut.jobs) < 1:
