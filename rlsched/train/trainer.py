@@ -156,6 +156,13 @@ def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float
         return float((pred == act_t).float().mean())
 
     before = accuracy()
+    # The reward scale gives the returns unit *spread*, but their mean can sit hundreds of units
+    # from 0 (long, costly episodes); a few hundred Adam steps cannot move the value head's bias
+    # that far, and PPO would start from a critic that is off by the mean. Start it at the mean.
+    value_net = getattr(policy, "value_net", None)
+    if isinstance(value_net, torch.nn.Linear) and value_net.bias is not None:
+        with torch.no_grad():
+            value_net.bias.fill_(float(ret_t.mean()))
     opt = torch.optim.Adam(policy.parameters(), lr=exp.bc.learning_rate)
     n = len(data.actions)
     batch = 256
