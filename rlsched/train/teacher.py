@@ -15,7 +15,8 @@ but on-demand capacity only for jobs that need it - not preemptible, or *at risk
 (deadline slack below the estimated remaining work plus the on-demand
 provisioning delay; without a deadline, queued longer than ``max(estimate, 1 h)``).
 Everything else runs on on-prem or spot, and waits for spot rather than buying
-on-demand. It buys spot while the queued preemptible demand exceeds the spot pools'
+on-demand (it still fills on-demand nodes already held when nothing else fits: the
+action space is work-conserving). It buys spot while the queued preemptible demand exceeds the spot pools'
 free and provisioning GPUs, and on-demand only for at-risk demand; idle nodes are
 stopped by the engine's idle-stop rule, so it never scales down.
 """
@@ -59,14 +60,19 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     order = sorted(range(len(pools)), key=lambda p: (
         _KIND_RANK[pools[p].spec.kind], _price(state, pools[p])))
     ranked = sorted(range(len(runs)), key=lambda i: (est(runs[i].job), -runs[i].job.submit_time, -i))
-    for k in ranked:
-        risky = at_risk(runs[k], est(runs[k].job), now, od_delay)
-        for p in order:
-            if pools[p].spec.kind is PoolKind.ONDEMAND and not risky:
-                continue
-            a = k * p_slots + p
-            if mask[a]:
-                return a
+    risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
+    # The action space is work-conserving (waiting is illegal while a window job fits somewhere):
+    # when only held on-demand capacity fits, the second pass uses it rather than idle it.
+    for strict in (True, False):
+        for k in ranked:
+            for p in order:
+                if strict and pools[p].spec.kind is PoolKind.ONDEMAND and not risky[k]:
+                    continue
+                a = k * p_slots + p
+                if mask[a]:
+                    return a
+        if mask[codec.wait_action]:
+            break
     # Buying: spot for the preemptible queue, on-demand only for at-risk demand.
     want = {PoolKind.SPOT: 0.0, PoolKind.ONDEMAND: 0.0}
     for run in state.queue.values():
