@@ -163,3 +163,19 @@ def test_jobs_csv_per_policy(tmp_path: Path) -> None:
         rows = (tmp_path / f"jobs-{name}.csv").read_text().splitlines()
         assert rows[0].startswith("job_id,submit,start,finish,jct,wait,restarts,preemptions,lost_gpu_hours")
         assert len(rows) == 61
+
+
+def test_spot_flags_deadline_slack_and_observed_preemption(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    proc = run("simulate", "--trace", str(DATA / "philly_slice.csv"), "--cluster",
+               "spot:0-4x8xV100-16GB,ondemand:0-4x8xV100-16GB", "--preemptible", "all", "--deadline-factor", "3",
+               "--deadline-slack", "3600", "--preemption", "observed", "--load-factor", "0.5",
+               "--policy", "spot-greedy", "--policy", "uniform-progress", "--json", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    res = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    assert res["spot-greedy"]["restarts"] > 0  # the 2020 lifetimes reclaim within hours
+    assert res["spot-greedy"]["cost_spot_usd"] > 0
+    bad = run("simulate", "--trace", str(DATA / "philly_slice.csv"), "--cluster", "spot:0-4x8xV100-16GB",
+              "--preemption", "sometimes", "--policy", "spot-greedy", "-q")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "market.preemption must be one of advisor, observed" in bad.stderr

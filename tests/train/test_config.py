@@ -28,7 +28,7 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default"):
+    for name in ("smoke", "default", "spot"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
 
