@@ -47,7 +47,7 @@ def test_observed_lifetimes_replace_the_advisor_hazard() -> None:
     spot = pools[0]
     # the 2020 lifetimes (mean a few hours) reclaim far more often than the Spot Advisor bucket
     assert observed.reclaim_rate_per_hour(spot) > 10 * advisor.reclaim_rate_per_hour(spot)
-    with pytest.raises(ScenarioError, match="market.preemption must be one of advisor, observed"):
+    with pytest.raises(ScenarioError, match=r"market\.preemption must be one of advisor, observed"):
         build_market({"preemption": "sometimes"}, pools)
 
 
