@@ -47,7 +47,7 @@ def test_relaxed_preemptible_jobs_never_buy_on_demand() -> None:
 def test_jobs_that_cannot_use_spot_or_are_late_get_on_demand() -> None:
     jobs = [Job("np", 0.0, 1800.0, num_gpus=2, preemptible=False),
             Job("tight", 0.0, 1800.0, num_gpus=2, preemptible=True, deadline=1800.0 + 900.0)]
-    _, rep = _run(jobs)
+    eng, rep = _run(jobs)
     assert rep.jobs_completed == 2 and rep.refused_decisions == 0
     assert rep.cost_ondemand_usd > 0
     runs = {r.job.job_id: r for r in eng.finished}
