@@ -7,12 +7,13 @@ from rlsched.cluster.model import JobRun
 from rlsched.cluster.spec import parse_cluster
 from rlsched.market import default_market
 from rlsched.sim.engine import Engine, SimConfig
+from rlsched.sim.metrics import Report
 from rlsched.train.teacher import AT_RISK_WAIT_S, TeacherScheduler, at_risk
 
 HYBRID = "spot:0-2x8xV100-16GB,ondemand:0-2x8xV100-16GB"
 
 
-def _run(jobs: list[Job], rule: str = "sjf-spot-first", cluster: str = HYBRID) -> tuple[Engine, object]:
+def _run(jobs: list[Job], rule: str = "sjf-spot-first", cluster: str = HYBRID) -> tuple[Engine, Report]:
     eng = Engine(parse_cluster(cluster), jobs, default_market(), SimConfig(seed=0))
     return eng, eng.run(TeacherScheduler(rule, window=8, max_pools=2))
 
