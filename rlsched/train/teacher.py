@@ -13,7 +13,8 @@ provisioning), else wait. Neither reconfigures MIG.
 ``sjf-spot-first`` is the cost-aware teacher of the spot experiment: the SJF order,
 but on-demand capacity only for jobs that need it - not preemptible, or *at risk*
 (deadline slack below the estimated remaining work plus the on-demand
-provisioning delay; without a deadline, queued longer than ``max(estimate, 1 h)``).
+provisioning delay, or queued longer than ``max(estimate, 1 h)``: spot that stays short
+for that long is not coming soon enough).
 Everything else runs on on-prem or spot, and waits for spot rather than buying
 on-demand (it still fills on-demand nodes already held when nothing else fits: the
 action space is work-conserving). It buys spot while the queued preemptible demand exceeds the spot pools'
@@ -45,8 +46,8 @@ def at_risk(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -
     if not job.preemptible:
         return True
     remaining = max(estimate - run.work_done, 0.0)
-    if job.deadline is not None:
-        return job.deadline - now - remaining < remaining + ondemand_delay_s
+    if job.deadline is not None and job.deadline - now - remaining < remaining + ondemand_delay_s:
+        return True
     return run.queued_s + (now - run.enqueued_at) > max(estimate, AT_RISK_WAIT_S)
 
 
@@ -63,9 +64,11 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
     # The action space is work-conserving (waiting is illegal while a window job fits somewhere):
     # when only held on-demand capacity fits, the second pass uses it rather than idle it.
+    # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
+    risky_order = sorted(order, key=lambda p: pools[p].spec.kind is PoolKind.SPOT)
     for strict in (True, False):
         for k in ranked:
-            for p in order:
+            for p in (risky_order if risky[k] else order):
                 if strict and pools[p].spec.kind is PoolKind.ONDEMAND and not risky[k]:
                     continue
                 a = k * p_slots + p
