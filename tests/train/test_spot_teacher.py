@@ -21,8 +21,10 @@ def _run(jobs: list[Job], rule: str = "sjf-spot-first", cluster: str = HYBRID) -
 def test_at_risk_rule() -> None:
     now = 10_000.0
     run = JobRun(Job("j", 0.0, 3600.0, preemptible=True, deadline=now + 10 * 3600.0))
-    run.enqueued_at = 0.0
-    assert not at_risk(run, 3600.0, now, 300.0)  # 9 h of slack for 1 h of work
+    run.enqueued_at = now - 600.0
+    assert not at_risk(run, 3600.0, now, 300.0)  # 9 h of slack for 1 h of work, queued 10 min
+    run.enqueued_at = now - 3601.0
+    assert at_risk(run, 3600.0, now, 300.0)  # queued longer than max(estimate, 1 h): spot is not coming
     tight = JobRun(Job("t", 0.0, 3600.0, preemptible=True, deadline=now + 2 * 3600.0))
     assert at_risk(tight, 3600.0, now, 300.0)  # 1 h of slack < 1 h of work + provisioning
     assert at_risk(JobRun(Job("np", 0.0, 60.0, preemptible=False)), 60.0, now, 300.0)
