@@ -25,7 +25,8 @@ An experiment names what to train on and how (keys not listed are errors with a
     vec_env: subproc                    # subproc | dummy
     total_steps: 200000
     seed: 0
-    bc: {steps: 20000, epochs: 5, teacher: sjf}  # behaviour-cloning warm start (0 steps = off)
+    bc: {steps: 20000, epochs: 5, teacher: sjf}  # behaviour-cloning warm start (0 steps = off);
+                                        # keep: 0.5 keeps an annealed imitation loss during PPO
     eval_every_steps: 50000
     checkpoint_every_steps: 25000
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
@@ -84,6 +85,10 @@ class BcParams:
     learning_rate: float = 1e-3
     #: the heuristic imitated (rlsched.train.teacher.TEACHERS)
     teacher: str = "weighted-priority"
+    #: weight of the imitation loss kept during PPO (annealed linearly to 0 over the run; 0 = off)
+    keep: float = 0.0
+    #: minibatches of that loss after each rollout
+    keep_batches: int = 4
 
 
 @dataclass(frozen=True)
@@ -327,6 +332,10 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
 
     if exp.bc.teacher not in TEACHERS:
         raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}, got {exp.bc.teacher!r}")
+    if exp.bc.keep < 0 or exp.bc.keep_batches < 1:
+        raise ExperimentError(f"{path}: bc.keep must be >= 0 and bc.keep_batches >= 1")
+    if exp.bc.keep > 0 and exp.bc.steps <= 0:
+        raise ExperimentError(f"{path}: bc.keep needs bc.steps > 0 (the teacher's samples it imitates)")
     for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),
                     ("window", exp.window), ("max_pools", exp.max_pools), ("eval_max_jobs", exp.eval_max_jobs)):
         if v < 1:
