@@ -209,13 +209,13 @@ def imitation_keeper(exp: Experiment, data: TeacherData, total_steps: int) -> An
             self.last_loss = float("nan")
 
         def _on_training_start(self) -> None:
-            self.start = self.num_timesteps
+            self.start = self.model.num_timesteps
 
         def _on_step(self) -> bool:
             return True
 
         def _on_rollout_end(self) -> None:
-            done = (self.num_timesteps - self.start) / max(total_steps, 1)
+            done = (self.model.num_timesteps - self.start) / max(total_steps, 1)
             weight = exp.bc.keep * max(0.0, 1.0 - done)
             if weight <= 0:
                 return

@@ -1,0 +1,73 @@
+"""``bc.keep``: the imitation loss kept during PPO pulls the policy toward its teacher."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rlsched.train.config import ExperimentError, load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _agreement(policy: Any, data: Any) -> float:
+    import torch
+
+    obs = {k: torch.as_tensor(v) for k, v in data.obs.items()}
+    with torch.no_grad():
+        pred = policy.get_distribution(obs, action_masks=data.masks).distribution.probs.argmax(dim=1)
+    return float((pred.numpy() == data.actions).mean())
+
+
+def test_keeper_steps_raise_teacher_agreement_and_anneal_to_nothing() -> None:
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+
+    from rlsched.policies.ppo_net import SlotScoringPolicy
+    from rlsched.train.trainer import collect_teacher, imitation_keeper, make_vec_env
+    from rlsched.train.worlds import training_worlds
+
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    exp = replace(exp, vec_env="dummy", bc=replace(exp.bc, keep=1.0, keep_batches=8, teacher="sjf"))
+    worlds = training_worlds(exp.scenarios)
+    data = collect_teacher(exp, worlds, 600)
+    model = MaskablePPO(SlotScoringPolicy, make_vec_env(exp, worlds, 0), n_steps=64, batch_size=64, seed=0,
+                        device="cpu", learning_rate=3e-3,
+                        policy_kwargs={"features_extractor_kwargs": {"n_layouts": 6, "hidden": 32}})
+    from stable_baselines3.common.logger import configure
+
+    model.set_logger(configure(None, []))
+    keeper = imitation_keeper(exp, data, total_steps=1000)
+    keeper.init_callback(model)
+    keeper.on_training_start({}, {})
+    before = _agreement(model.policy, data)
+    for _ in range(10):
+        keeper.on_rollout_end()
+    after = _agreement(model.policy, data)
+    assert after > before + 0.1, (before, after)
+    assert np.isfinite(keeper.last_loss)
+    # at the end of the run the weight is 0: nothing changes
+    model.num_timesteps = 1000
+    params = [p.detach().clone() for p in model.policy.parameters()]
+    keeper.on_rollout_end()
+    assert all((a == b).all() for a, b in zip(params, model.policy.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(("bc", "needle"), [
+    ("{steps: 100, keep: -1}", "bc.keep must be >= 0"),
+    ("{steps: 0, keep: 0.5}", "bc.keep needs bc.steps > 0"),
+])
+def test_keep_is_validated(tmp_path: Path, bc: str, needle: str) -> None:
+    p = tmp_path / "e.yaml"
+    p.write_text(f"""
+name: t
+scenarios:
+  - {{name: a, scenario: "bundled:default", train_window_h: [0, 10], eval_windows_h: [[20, 30]]}}
+bc: {bc}
+""")
+    with pytest.raises(ExperimentError, match=needle):
+        load_experiment(p)
