@@ -71,3 +71,24 @@ bc: {bc}
 """)
     with pytest.raises(ExperimentError, match=needle):
         load_experiment(p)
+
+
+def test_imitation_weights_balance_action_kinds() -> None:
+    from rlsched.envs.codec import ObservationCodec
+    from rlsched.train.trainer import imitation_weights
+
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    codec = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
+    buy = codec.scale_offset  # scale pool 0 up
+    acts = np.array([codec.wait_action] * 60 + [0] * 30 + [buy] * 10)
+    w = imitation_weights(exp, acts)
+    assert w.mean() == pytest.approx(1.0)
+    # each kind's total weight is equal (no cap reached at these frequencies)
+    assert w[:60].sum() == pytest.approx(w[60:90].sum(), rel=1e-5)
+    assert w[:60].sum() == pytest.approx(w[90:].sum(), rel=1e-5)
+    # a 1-in-100 decision is capped at 20x the mean before renormalising
+    rare = imitation_weights(exp, np.array([codec.wait_action] * 99 + [buy]))
+    assert rare[99] / rare[0] < 99.0 and rare.mean() == pytest.approx(1.0)
+    # a place in pool 0 and a place in pool 1 are different kinds
+    two = imitation_weights(exp, np.array([0, 0, 0, 1]))
+    assert two[3] > two[0]
