@@ -549,6 +549,32 @@ def train(
             tracker.close()
 
 
+def spot_summary(card: dict[str, Any]) -> list[str]:
+    """Card lines on spot economics, when the evaluation has the on-demand-only reference.
+
+    Cost and JCT against on-demand-only capacity, deadline misses against Uniform
+    Progress (issue 6's yardstick), and every policy that is both cheaper and misses
+    no more deadlines - where a baseline wins, the card says so.
+    """
+    rel, ev = card["metrics"]["eval_relative"], card["metrics"]["eval"]
+    mine = rel.get("ppo", {})
+    if "cost_vs_ondemand" not in mine:
+        return []
+    misses = ev["ppo"]["deadline_misses"]
+    up = ev.get("uniform-progress", {}).get("deadline_misses")
+    better = sorted(p for p, r in rel.items() if p != "ppo" and not is_reference(p)
+                    and r.get("cost_vs_ondemand", float("inf")) < mine["cost_vs_ondemand"]
+                    and ev[p]["deadline_misses"] <= misses)
+    return [
+        f"Against on-demand-only capacity (`ondemand-autoscale`), mean over the evaluation windows: cost "
+        f"{mine['cost_vs_ondemand']:.3f}x, mean JCT {mine['jct_vs_ondemand']:.3f}x, {misses:.1f} deadline misses "
+        f"per window" + (f" (uniform-progress: {up:.1f})." if up is not None else "."),
+        "",
+        "Cheaper than it with no more deadline misses: " + (", ".join(better) if better else "none") + ".",
+        "",
+    ]
+
+
 def model_card_markdown(card: dict[str, Any], table: str) -> str:
     """The human model card (MODEL_CARD.md) next to card.json."""
     rel = card["metrics"]["eval_relative"].get("ppo", {})
@@ -574,6 +600,7 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         "",
         "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
         "",
+        *spot_summary(card),
         *([f"Headroom: `{ORACLE_BOUND}` (SJF told every job's true duration - information no scheduler has) "
            f"reaches {bound:.3f}x weighted-priority's mean JCT on these windows; it bounds what job ordering "
            "alone can gain here and is a reference row, not a competitor.", ""] if bound is not None else []),
