@@ -23,7 +23,7 @@ keeps the heuristic).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -210,27 +210,39 @@ class PpoScheduler:
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         codec = self.codec
-        # Follow the state so that one step's mask/only_wait/encode/decode share one cache
-        # refresh; everything is invalidated before each step (the caller may have changed
-        # anything while this generator was suspended), so the results equal an untracked codec's.
-        codec.track(state)
-        for _ in range(self.max_actions):
-            codec.invalidate(None)
-            mask = codec.mask(state)
-            if codec.only_wait(state):
-                return
-            if not state.running and mask[: codec.wait_action].any() and not any(
-                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
-            ):
-                # Nothing runs or is coming up: waiting could strand the queue. Training masks
-                # waiting in that situation, so serving does the same.
-                mask = mask.copy()
-                mask[codec.wait_action] = False
-            action = self.model.act(codec.encode(state), mask)
-            decision = codec.decode(action, state)
-            if decision is None:
-                return
-            yield decision
+        yield from decide_through_codec(codec, state, lambda mask: self.model.act(codec.encode(state), mask),
+                                        self.max_actions)
+
+
+def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: Callable[[np.ndarray], int],
+                         max_actions: int = 256) -> Iterator[Decision]:
+    """The environment's decision loop at one decision point, for anything that picks codec actions.
+
+    ``choose(mask)`` returns a legal action of the current state; each is decoded and
+    yielded (the caller applies it) until the chooser waits, only waiting is legal, or
+    ``max_actions`` decisions were made. A trained policy and a behaviour-cloning teacher
+    both run through it, so they act exactly as the environment let them during training.
+    """
+    # Follow the state so that one step's mask/only_wait/encode/decode share one cache
+    # refresh; everything is invalidated before each step (the caller may have changed
+    # anything while this generator was suspended), so the results equal an untracked codec's.
+    codec.track(state)
+    for _ in range(max_actions):
+        codec.invalidate(None)
+        mask = codec.mask(state)
+        if codec.only_wait(state):
+            return
+        if not state.running and mask[: codec.wait_action].any() and not any(
+            n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
+        ):
+            # Nothing runs or is coming up: waiting could strand the queue. Training masks
+            # waiting in that situation, so serving does the same.
+            mask = mask.copy()
+            mask[codec.wait_action] = False
+        decision = codec.decode(choose(mask), state)
+        if decision is None:
+            return
+        yield decision
 
 
 def make_ppo_policy(ref: str, name: str | None = None) -> PpoScheduler:

@@ -175,14 +175,8 @@ class TeacherScheduler:
         self.codec = ObservationCodec(window=self.window, max_pools=self.max_pools)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
+        from rlsched.policies.ppo import decide_through_codec
+
         codec = self.codec
-        codec.track(state)
-        for _ in range(self.max_actions):
-            codec.invalidate(None)
-            mask = codec.mask(state)
-            if codec.only_wait(state):
-                return
-            decision = codec.decode(teacher_action(codec, state, mask, rule=self.rule), state)
-            if decision is None:
-                return
-            yield decision
+        yield from decide_through_codec(codec, state, lambda mask: teacher_action(codec, state, mask, rule=self.rule),
+                                        self.max_actions)
