@@ -89,6 +89,9 @@ class BcParams:
     keep: float = 0.0
     #: minibatches of that loss after each rollout
     keep_batches: int = 4
+    #: class balance of the imitation loss: each action kind weighted by (1 / its frequency) ** balance
+    #: (1 = full balance, 0.5 = square root, 0 = plain cross-entropy)
+    balance: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,8 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}, got {exp.bc.teacher!r}")
     if exp.bc.keep < 0 or exp.bc.keep_batches < 1:
         raise ExperimentError(f"{path}: bc.keep must be >= 0 and bc.keep_batches >= 1")
+    if not 0.0 <= exp.bc.balance <= 1.0:
+        raise ExperimentError(f"{path}: bc.balance must be in [0, 1], got {exp.bc.balance}")
     if exp.bc.keep > 0 and exp.bc.steps <= 0:
         raise ExperimentError(f"{path}: bc.keep needs bc.steps > 0 (the teacher's samples it imitates)")
     for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),

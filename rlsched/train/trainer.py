@@ -138,8 +138,10 @@ def imitation_weights(exp: Experiment, actions: np.ndarray, cap: float = 20.0) -
 
     Buying capacity is ~4% of a spot teacher's decisions and placing on on-demand ~2%, yet
     they decide cost and deadlines; an unweighted clone agreed on 94.6% of all decisions
-    while skipping a third of the buys. Each kind gets weight ``1 / its frequency``
-    (normalised to mean 1, capped at ``cap``), so rare decisions count as much as common ones.
+    while skipping a third of the buys. Each kind gets weight ``(1 / its frequency) ** bc.balance``
+    (normalised to mean 1, capped at ``cap``): at 1 rare decisions count as much as common ones,
+    which also makes the clone take them too often (a full-balance spot clone bought on-demand
+    nodes in quiet hours); 0.5 is the usual compromise.
     """
     from rlsched.envs.codec import ObservationCodec
 
@@ -150,7 +152,7 @@ def imitation_weights(exp: Experiment, actions: np.ndarray, cap: float = 20.0) -
                               np.where(actions >= kp, 1 + 2 * codec.max_pools,
                                        2 + 2 * codec.max_pools + actions % codec.max_pools)))
     _, inverse, counts = np.unique(kinds, return_inverse=True, return_counts=True)
-    w = (len(actions) / counts.astype(np.float64))[inverse]
+    w = ((len(actions) / counts.astype(np.float64)) ** exp.bc.balance)[inverse]
     w = np.minimum(w / w.mean(), cap)
     return (w / w.mean()).astype(np.float32)
 

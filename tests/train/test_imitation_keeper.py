@@ -60,6 +60,7 @@ def test_keeper_steps_raise_teacher_agreement_and_anneal_to_nothing() -> None:
 @pytest.mark.parametrize(("bc", "needle"), [
     ("{steps: 100, keep: -1}", "bc.keep must be >= 0"),
     ("{steps: 0, keep: 0.5}", "bc.keep needs bc.steps > 0"),
+    ("{steps: 10, balance: 2}", "bc.balance must be in"),
 ])
 def test_keep_is_validated(tmp_path: Path, bc: str, needle: str) -> None:
     p = tmp_path / "e.yaml"
@@ -89,6 +90,10 @@ def test_imitation_weights_balance_action_kinds() -> None:
     # a 1-in-100 decision is capped at 20x the mean before renormalising
     rare = imitation_weights(exp, np.array([codec.wait_action] * 99 + [buy]))
     assert rare[99] / rare[0] < 99.0 and rare.mean() == pytest.approx(1.0)
+    # balance 0.5: square-root weights; 0: plain cross-entropy
+    half = imitation_weights(replace(exp, bc=replace(exp.bc, balance=0.5)), acts)
+    assert half[90] / half[0] == pytest.approx(np.sqrt(6.0), rel=1e-5)
+    assert (imitation_weights(replace(exp, bc=replace(exp.bc, balance=0.0)), acts) == 1.0).all()
     # a place in pool 0 and a place in pool 1 are different kinds
     two = imitation_weights(exp, np.array([0, 0, 0, 1]))
     assert two[3] > two[0]
