@@ -96,9 +96,10 @@ def evaluate(
                 "jct_vs_weighted_priority": s["mean_jct_s"] / wp["mean_jct_s"] if wp["mean_jct_s"] else float("nan"),
                 "cost_vs_weighted_priority": s["cost_usd"] / wp["cost_usd"] if wp["cost_usd"] else 1.0,
             }
-    if ONDEMAND_REFERENCE in summary:
+    if ONDEMAND_REFERENCE in summary and any(w[ONDEMAND_REFERENCE]["cost_usd"] > 0 for w in per_world.values()):
         # Spot economics compare against on-demand-only capacity world by world: the mean of the
-        # per-world ratios, so a cheap world counts as much as an expensive one.
+        # per-world ratios, so a cheap world counts as much as an expensive one. (An on-prem-only
+        # evaluation, where nothing is bought, has no such comparison.)
         for p in policies:
             jr, cr = [], []
             for w in per_world.values():

@@ -41,3 +41,12 @@ def test_tables_without_the_on_demand_reference_keep_their_columns() -> None:
     res = evaluate([_world("w", 0.0)], None, heuristics=["weighted-priority", "fifo"])
     assert all("cost_vs_ondemand" not in r for r in res["relative"].values())
     assert "cost vs on-demand" not in comparison_markdown(res, "t")
+
+
+def test_on_prem_only_evaluation_has_no_on_demand_columns() -> None:
+    pools = parse_cluster("2x8xV100-16GB")
+    raw, src = load_jobs([{"path": "bundled:philly-3day.csv", "max_jobs": 40}], None)
+    w = World("onprem", Scenario("onprem", pools, raw, build_market("default", pools), source=src))
+    res = evaluate([w], None, heuristics=[ONDEMAND_REFERENCE, "weighted-priority"])
+    assert all("cost_vs_ondemand" not in r for r in res["relative"].values())
+    assert "nan" not in comparison_markdown(res, "t")
