@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -318,9 +318,12 @@ class FallbackScheduler:
             self.fallback_decisions += 1
             yield d
 
-    def _guarded(self, state: ClusterState, primary: Scheduler) -> Iterator[Decision]:
-        """Yield the primary's decisions that are legal and on time; raise _Failure at the first that is not."""
-        budget = self.config.latency_budget_s
+    def _timed(self, state: ClusterState, primary: Scheduler) -> Generator[tuple[Decision, float], None, None]:
+        """The primary's decisions, each with the seconds its ``next()`` took.
+
+        A primary that raises (when asked for its generator or for a decision) becomes
+        an inference ``_Failure``; the primary's generator is closed however this ends.
+        """
         gen: Iterator[Decision] | None = None
         try:
             t0 = self.clock()
@@ -335,7 +338,19 @@ class FallbackScheduler:
                     return
                 except Exception as exc:
                     raise self._inference_failure(exc, self.clock() - t0) from None
-                dt = self.clock() - t0
+                yield d, self.clock() - t0
+                t0 = self.clock()
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+
+    def _guarded(self, state: ClusterState, primary: Scheduler) -> Iterator[Decision]:
+        """Yield the primary's decisions that are legal and on time; raise _Failure at the first that is not."""
+        budget = self.config.latency_budget_s
+        timed = self._timed(state, primary)
+        try:
+            for d, dt in timed:
                 if isinstance(d, WakeAt) and not math.isfinite(d.time):
                     raise _Failure(FallbackReason.NAN_OUTPUT, "primary asked to wake at a non-finite time", d, dt)
                 if dt > budget:
@@ -347,11 +362,8 @@ class FallbackScheduler:
                     raise _Failure(FallbackReason.ILLEGAL_ACTION, why, d, dt)
                 self.primary_decisions += 1
                 yield d
-                t0 = self.clock()
         finally:
-            close = getattr(gen, "close", None)
-            if close is not None:
-                close()
+            timed.close()
 
     @staticmethod
     def _inference_failure(exc: Exception, latency: float | None) -> _Failure:
@@ -413,18 +425,9 @@ class FallbackScheduler:
 
     def _guarded_shadow(self, state: ClusterState, primary: Scheduler) -> Iterator[Decision]:
         budget = self.config.latency_budget_s
-        gen = None
+        timed = self._timed(state, primary)
         try:
-            t0 = self.clock()
-            gen = iter(primary.decide(state))
-            while True:
-                try:
-                    d = next(gen)
-                except StopIteration:
-                    return
-                except Exception as exc:
-                    raise self._inference_failure(exc, self.clock() - t0) from None
-                dt = self.clock() - t0
+            for d, dt in timed:
                 why = illegal_reason(state, d)
                 self.shadow_decisions += 1
                 self._emit(decision_record(
@@ -433,12 +436,9 @@ class FallbackScheduler:
                     extra={"applied": False, "legal": why is None, "why": why or "",
                            "latency_ms": round(dt * 1000, 3), "over_budget": dt > budget}))
                 yield d
-                t0 = self.clock()
         except _Failure:
             raise
         except Exception as exc:
             raise self._inference_failure(exc, None) from None
         finally:
-            close = getattr(gen, "close", None)
-            if close is not None:
-                close()
+            timed.close()
