@@ -228,3 +228,34 @@ def build_market(spec: Any, pools: list[PoolSpec], base: Path | None = None, off
         raise ScenarioError(f"market must be 'default' or a mapping, got {spec!r}")
     market.check_pools(pools)
     return market
+
+
+def override_market(market: Market, pools: list[PoolSpec], *, prices: str | None = None,
+                    availability: str | None = None, offset_s: float | None = None,
+                    preemption: str | None = None) -> Market:
+    """``market`` with some of its parts replaced (``rlsched simulate``'s market flags over a scenario).
+
+    What a flag does not name keeps the scenario's own value: ``--preemption observed``
+    on a scenario with its own price file keeps that file, ``--market-offset`` keeps its
+    preemption source. A market that is not table-based can only be replaced whole.
+    """
+    from rlsched.market import TableMarket, read_availability, read_prices
+    from rlsched.market.defaults import preemption_models
+
+    if not isinstance(market, TableMarket):
+        spec: dict[str, Any] = {"offset_s": offset_s or 0.0, "preemption": preemption or "advisor"}
+        if prices:
+            spec["prices"] = prices
+        if availability:
+            spec["availability"] = availability
+        return build_market(spec, pools)
+    models, fallback = (preemption_models(preemption) if preemption is not None
+                        else (market.preemption, market.fallback_preemption))
+    out = TableMarket(
+        read_prices(prices) if prices else market.prices,
+        read_availability(availability) if availability else market.availability,
+        models, fallback, offset_s=market.offset_s if offset_s is None else offset_s,
+    )
+    out.check_pools(pools)
+    return out
+

@@ -62,3 +62,19 @@ def test_observed_market_reclaims_and_nothing_is_lost() -> None:
     rep = Engine(sc.pools, sc.jobs, sc.market, SimConfig(seed=0)).run(make_policy("spot-greedy"))
     assert rep.preemptions > 0 and rep.restarts > 0
     assert rep.jobs_completed == 200
+
+
+def test_market_flags_replace_only_what_they_name() -> None:
+    from rlsched.market import TableMarket
+    from rlsched.scenario import override_market
+
+    sc = load_scenario({
+        "cluster": V100, "workload": [{"path": "bundled:philly-3day.csv", "max_jobs": 20}],
+        "market": {"preemption": "observed", "offset_s": 100},
+    })
+    moved = override_market(sc.market, sc.pools, offset_s=5000.0)
+    assert isinstance(moved, TableMarket) and moved.offset_s == 5000.0
+    assert isinstance(moved.preemption["V100-16GB"], KaplanMeierPreemption)  # the scenario's source is kept
+    advisor = override_market(sc.market, sc.pools, preemption="advisor")
+    assert isinstance(advisor, TableMarket) and advisor.offset_s == 100.0
+    assert isinstance(advisor.preemption["V100-16GB"], ExponentialPreemption)

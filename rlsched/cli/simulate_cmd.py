@@ -96,8 +96,9 @@ def simulate(
     prices: Annotated[Path | None, typer.Option("--prices", help="Canonical prices CSV.")] = None,
     spot_availability: Annotated[Path | None, typer.Option(
         "--spot-availability", help="Canonical spot availability CSV.")] = None,
-    market_offset: Annotated[float, typer.Option(
-        "--market-offset", help="Seconds into the market series where the run starts.")] = 0.0,
+    market_offset: Annotated[float | None, typer.Option(
+        "--market-offset", help="Seconds into the market series where the run starts (default: the "
+        "scenario's, else 0).")] = None,
     trace_format: Annotated[str, typer.Option("--format", help="Trace format (auto-detected).")] = "auto",
     virtual_cluster: Annotated[str | None, typer.Option(
         "--virtual-cluster", help="Philly: replay one virtual cluster.")] = None,
@@ -127,7 +128,14 @@ def simulate(
     from rlsched.policies import available
     from rlsched.report.plots import plot_reports
     from rlsched.report.table import comparison_table
-    from rlsched.scenario import Scenario, apply_workload_options, build_market, load_jobs, load_scenario
+    from rlsched.scenario import (
+        Scenario,
+        apply_workload_options,
+        build_market,
+        load_jobs,
+        load_scenario,
+        override_market,
+    )
     from rlsched.sim import Engine
 
     declared: list[PoolSpec] | None = None
@@ -158,13 +166,11 @@ def simulate(
         sc = load_scenario(scenario)
     jobs = apply_workload_options(sc.jobs, sc.pools, load_factor=load_factor, preemptible=preemptible or "trace",
                                   deadline_factor=deadline_factor, max_jobs=max_jobs, deadline_slack_s=deadline_slack)
-    if prices is not None or spot_availability is not None or market_offset or preemption is not None:
-        spec: dict[str, Any] = {"offset_s": market_offset, "preemption": preemption or "advisor"}
-        if prices is not None:
-            spec["prices"] = str(prices)
-        if spot_availability is not None:
-            spec["availability"] = str(spot_availability)
-        sc.market = build_market(spec, sc.pools)
+    if prices is not None or spot_availability is not None or market_offset is not None or preemption is not None:
+        # Flags replace only what they name; the rest of a scenario's market is kept.
+        sc.market = override_market(sc.market, sc.pools, prices=str(prices) if prices else None,
+                                    availability=str(spot_availability) if spot_availability else None,
+                                    offset_s=market_offset, preemption=preemption)
     sim = sc.sim
     if seed is not None:
         sim = replace(sim, seed=seed)
