@@ -401,7 +401,8 @@ class Store:
 
         return sink
 
-    def audit(self, since: int | None = None, *, job: str | None = None, limit: int | None = None) -> list[AuditRecord]:
+    def audit(self, since: int | None = None, *, job: str | None = None, limit: int | None = None,
+              event: AuditEvent | None = None) -> list[AuditRecord]:
         """Audit records in id order; ``since`` is an id cursor (exclusive), not a time.
 
         Ids are strictly increasing and never reused, so a reader polling with the
@@ -412,6 +413,9 @@ class Store:
         if job is not None:
             sql += " AND job = ?"
             args.append(job)
+        if event is not None:
+            sql += " AND event = ?"
+            args.append(AuditEvent(event).value)
         sql += " ORDER BY id"
         if limit is not None:
             sql += " LIMIT ?"

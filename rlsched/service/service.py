@@ -48,11 +48,15 @@ MIG reconfiguration: a policy's ``Reconfigure`` is applied when it is safe - the
 feasibility check accepts it (:func:`~rlsched.cluster.feasibility.reconfigure_check`),
 the GPU is in a MIG pool, open (healthy, node not cordoned) and no running,
 preempted or launching job of the mirror holds it or one of its instances. The
-GPU is closed for the rest of the pass, and once the pass's transaction committed,
-the backend re-splits it (``set_mig_layout``); the outcome (old and new layout, or
-the backend's error) is ONE ``mig-reconfiguration`` audit record plus a decision
+GPU is closed for the rest of the pass; an *intent* record (``mig-reconfiguration``,
+``phase: intent``, old and new layout) commits with the pass's transaction, then the
+backend re-splits it (``set_mig_layout``); the outcome (``phase: done``: applied, or
+the backend's error) is a second ``mig-reconfiguration`` record plus a decision
 record, committed together, and the inventory is refreshed so the next pass sees the
-new instance UUIDs. A refused or failed reconfiguration is audited, never fatal.
+new instance UUIDs. A ``kill -9`` between intent and outcome is closed by
+:meth:`SchedulerService.recover` from the backend's real layout (tested with a real
+SIGKILL before and after the re-split). A refused or failed reconfiguration is
+audited (one record), never fatal.
 The heuristics' own re-splitting stays off (layouts are the spec's; only a policy
 that emits ``Reconfigure`` changes them). Elastic scaling is plan/apply's business:
 ``Scale`` decisions are recorded as not applied.
@@ -191,6 +195,10 @@ def _exit_reason(rc: int) -> str:
     return f"exit status {rc}"
 
 
+#: ``phase`` of the two ``mig-reconfiguration`` records of one applied re-split
+MIG_INTENT, MIG_DONE = "intent", "done"
+
+
 class SchedulerService:
     """The scheduler service (see the module doc); thread-safe.
 
@@ -239,7 +247,7 @@ class SchedulerService:
         self._next_telemetry = 0.0
         self._error_audited: dict[str, float] = {}
         self._last_tick: float | None = None
-        self.recovered: dict[str, int] = {"adopted": 0, "finished": 0, "requeued": 0}
+        self.recovered: dict[str, int] = {"adopted": 0, "finished": 0, "requeued": 0, "mig_intents": 0}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -524,6 +532,7 @@ class SchedulerService:
             self._recovering = True
             try:
                 self._batch(self._recover_jobs)
+                self._batch(self._recover_mig_intents)
             finally:
                 self._recovering = False
             self._signature = None
@@ -545,6 +554,36 @@ class SchedulerService:
                 self._settle(rec, rc)
             except (InvalidTransitionError, UnknownJobError):
                 continue
+
+    def _recover_mig_intents(self) -> None:
+        """Close each MIG re-split whose intent committed but whose outcome did not (killed in between).
+
+        The backend's layout now says what happened: the new layout means the re-split ran
+        (``applied``), the old one that it never did; anything else is recorded as found.
+        """
+        recs = self.store.audit(event=AuditEvent.MIG_RECONFIGURATION)
+        closed = {r.extra.get("intent") for r in recs if r.extra.get("phase") == MIG_DONE}
+        orphans = [r for r in recs if r.extra.get("phase") == MIG_INTENT and r.extra.get("intent") not in closed]
+        if not orphans:
+            return
+        self._refresh_inventory()
+        for r in orphans:
+            info = next((g for n in self._inventory for g in n.gpus if g.uuid in r.gpus), None)
+            found = info.layout_counts() if info is not None else None
+            applied = found == r.extra.get("new_layout")
+            if applied:
+                reason = "recovered: the re-split was made before the service stopped"
+            elif found == r.extra.get("old_layout"):
+                reason = "recovered: the service stopped before the re-split"
+            else:
+                reason = f"recovered: layout found {found}"
+            extra = {k: v for k, v in r.extra.items() if k != "phase"}
+            self.store.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=r.gpus, policy=r.policy,
+                                    model_version=r.model_version, reason=reason,
+                                    extra={**extra, "phase": MIG_DONE, "applied": applied, "recovered": True,
+                                           "found_layout": found})
+            self.recovered["mig_intents"] += 1
+            _log.warning("MIG re-split of %s interrupted by a restart: %s", ",".join(r.gpus), reason)
 
     # ================================================================== the mirror
     def _load_mirror(self) -> None:
@@ -1108,6 +1147,13 @@ class SchedulerService:
         # Closed for the rest of this pass: its old instances are about to disappear.
         gpu.busy_until = math.inf
         host_name = d.node_id
+        # The intent commits with this pass; the outcome after the re-split. A kill -9 between the two
+        # leaves an intent without an outcome, which recover() closes from the backend's real layout.
+        intent = os.urandom(6).hex()
+        where = {"node": host_name, "gpu_index": info.index, "old_layout": old, "new_layout": new}
+        self.store.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=(gpu_uuid,), policy=source,
+                                model_version=version, reason="intent",
+                                extra={"phase": MIG_INTENT, "intent": intent, **where})
 
         def apply() -> None:
             applied, error = True, ""
@@ -1119,8 +1165,7 @@ class SchedulerService:
                 applied, error = False, f"{type(exc).__name__}: {exc}"
             if error:
                 _log.warning("MIG reconfiguration of GPU %s failed: %s", gpu_uuid, error)
-            extra: dict[str, Any] = {"applied": applied, "node": host_name, "gpu_index": info.index,
-                                     "old_layout": old, "new_layout": new}
+            extra: dict[str, Any] = {"phase": MIG_DONE, "intent": intent, "applied": applied, **where}
             if error:
                 extra["error"] = error
             reason = "policy" if applied else f"failed: {error}"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rlsched.cluster.decisions import Decision, Reconfigure
 from rlsched.cluster.model import ClusterState
 from rlsched.runtime.audit import AuditEvent, AuditRecord
 from rlsched.runtime.sim_backend import read_fleet
 from rlsched.service.service import SchedulerService, SubmitRequest
-from tests.service import service, sleeper, until
+from tests.service import PY, kill_jobs, make_config, service, sleeper, until
 
 NODE = "gpu-h100-01"
 TARGET = ("7g.80gb",)
@@ -39,7 +43,12 @@ def fleet_gpu(tmp_path: Path, uuid: str) -> dict[str, Any]:
 
 
 def mig_records(svc: SchedulerService) -> list[AuditRecord]:
-    return [r for r in svc.audit() if r.event is AuditEvent.MIG_RECONFIGURATION]
+    """Outcome records (applied, refused, failed); an applied re-split also has an intent record first."""
+    return [r for r in svc.audit() if r.event is AuditEvent.MIG_RECONFIGURATION and r.extra.get("phase") != "intent"]
+
+
+def mig_intents(svc: SchedulerService) -> list[AuditRecord]:
+    return [r for r in svc.audit() if r.event is AuditEvent.MIG_RECONFIGURATION and r.extra.get("phase") == "intent"]
 
 
 def gpu_uuid(svc: SchedulerService, position: int) -> str:
@@ -58,6 +67,9 @@ def test_reconfigure_of_an_idle_gpu_is_applied_and_audited(tmp_path: Path) -> No
         assert [d["profile"] for d in gpu["mig_devices"]] == ["7g.80gb"]
         (rec,) = mig_records(svc)
         assert rec.gpus == (uuid,) and rec.extra["applied"] is True
+        (intent,) = mig_intents(svc)  # committed with the pass, before the backend was called
+        assert intent.id is not None and rec.id is not None and intent.id < rec.id
+        assert intent.extra["intent"] == rec.extra["intent"] and rec.extra["phase"] == "done"
         assert rec.extra["old_layout"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
         assert rec.extra["new_layout"] == {"7g.80gb": 1}
         assert rec.policy
@@ -131,3 +143,65 @@ def test_backend_error_is_audited_and_the_loop_continues(tmp_path: Path) -> None
         job = svc.submit(SubmitRequest(sleeper(), mig="7g.80gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         assert not any(r.reason.startswith("loop-error") for r in svc.audit())
+
+
+_CRASH = """
+import sys, time
+from pathlib import Path
+from rlsched.cluster.decisions import Reconfigure
+from rlsched.service.config import ServiceConfig
+from rlsched.service.service import SchedulerService, SubmitRequest
+cfg = ServiceConfig([Path(sys.argv[1])], Path(sys.argv[2]), backend=sys.argv[3], tick_s=0.02)
+mode = sys.argv[4]
+svc = SchedulerService(cfg)
+primary = svc._guard.primary
+orig = primary.decide
+def decide(state):
+    node = state.nodes.get("gpu-h100-01")
+    if node is not None and sorted(node.gpus[1].layout()) != ["7g.80gb"]:
+        yield Reconfigure("gpu-h100-01", 1, ("7g.80gb",))
+    yield from orig(state)
+primary.decide = decide
+real = svc.backend.set_mig_layout
+def stalls(host, uuid, layout):
+    if mode == "after":
+        real(host, uuid, layout)
+    print("in set_mig_layout", flush=True)
+    time.sleep(60)
+svc.backend.set_mig_layout = stalls
+svc.submit(SubmitRequest([sys.executable, "-c", "import time; time.sleep(60)"], gpus=1))
+svc.start()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_kill_9_during_a_re_split_is_closed_from_the_real_layout_on_restart(tmp_path: Path, mode: str) -> None:
+    """SIGKILL while the backend re-splits: the intent is committed, the outcome is not; recover() writes it."""
+    cfg = make_config(tmp_path)
+    proc = subprocess.Popen([PY, "-c", _CRASH, str(cfg.spec_paths[0]), str(cfg.state_dir), str(cfg.backend), mode],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "in set_mig_layout"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    svc = SchedulerService(cfg)
+    try:
+        (intent,) = mig_intents(svc)
+        assert mig_records(svc) == []  # the kill came between the two records
+        svc.recover()
+        assert svc.recovered["mig_intents"] == 1
+        (done,) = mig_records(svc)
+        assert done.extra["intent"] == intent.extra["intent"] and done.extra["recovered"] is True
+        assert done.extra["applied"] is (mode == "after")
+        profiles = sorted(d["profile"] for d in fleet_gpu(tmp_path, intent.gpus[0])["mig_devices"])
+        assert profiles == (["7g.80gb"] if mode == "after" else ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"])
+        assert done.extra["found_layout"] == (intent.extra["new_layout"] if mode == "after"
+                                              else intent.extra["old_layout"])
+        svc.recover()  # safe twice: nothing left to close
+        assert len(mig_records(svc)) == 1
+    finally:
+        kill_jobs(svc)
+        svc.store.close()

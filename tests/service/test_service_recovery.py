@@ -59,7 +59,7 @@ def test_kill_9_then_restart_adopts_running_jobs_and_records_exits(tmp_path: Pat
         before = svc.store.get(long_id)
         assert before is not None and before.state is JobState.RUNNING and before.pid
         svc.recover()
-        assert svc.recovered == {"adopted": 1, "finished": 1, "requeued": 0}
+        assert svc.recovered == {"adopted": 1, "finished": 1, "requeued": 0, "mig_intents": 0}
         after = svc.store.get(long_id)
         assert after is not None and after.state is JobState.RUNNING
         assert after.pid == before.pid and after.attempts == 1  # adopted, never relaunched
