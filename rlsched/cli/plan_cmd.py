@@ -301,6 +301,9 @@ def _ensure_service(spec: Spec, files: Sequence[Path], backend: str | None, stat
         policy = out.get("policy") if isinstance(out, dict) else None
         what = f" (policy {policy})" if isinstance(policy, str) and policy else ""
         typer.echo(f"\nScheduler service at {running.url} reloaded{what}; queued and running jobs kept.")
+        warning = out.get("warning") if isinstance(out, dict) else None
+        if isinstance(warning, str) and warning:
+            _err(f"Warning: {warning}")
         return
     config = ServiceConfig(spec_paths=paths, state_dir=sd, backend=backend, variables=dict(spec.variables))
     info = start_detached(config, listen)

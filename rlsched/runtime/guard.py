@@ -272,6 +272,22 @@ class FallbackScheduler:
         if was is not None:
             self._switch(self._policy_label(), "model-loaded", previous=was.value)
 
+    def keep_serving(self, previous: FallbackScheduler) -> bool:
+        """Serve ``previous``'s loaded primary because this guard's own could not be loaded.
+
+        A reload must not trade a working model for the heuristic because the registry is
+        briefly down. The previous model keeps deciding until the next reload (the loader
+        is retried only if that model later fails its reset, so which model serves never
+        changes behind the operator's back). Returns False (nothing kept) when this guard's
+        primary did load or ``previous`` has none.
+        """
+        if self.primary_available or not previous.primary_available or previous.primary is None:
+            return False
+        self.primary = previous.primary
+        self._unavailable = None
+        self._needs_reset = True
+        return True
+
     def reset(self, state: ClusterState) -> None:
         """Reset both schedulers and the breaker (a fresh run); a failing primary reset is a load failure."""
         self.fallback.reset(state)

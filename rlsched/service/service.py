@@ -1531,6 +1531,13 @@ class SchedulerService:
             spec, decl = self._load_spec(paths, policy if policy is not None else self.config.policy)
             previous = self._policy_label()
             sched, guard = self._build_scheduler(decl)
+            kept = ""
+            old_guard = self._guard
+            if guard is not None and old_guard is not None and decl.scheduler == "rl" \
+                    and guard.keep_serving(old_guard):
+                # The new model did not load (registry down, file missing...): the working one stays.
+                kept = old_guard.model_version or str(old_guard.primary and old_guard.primary.name)
+                _log.warning("reload: model %s could not be loaded; still serving %s", decl.model, kept)
             self._spec, self._policy, self._sched, self._guard = spec, decl, sched, guard
             self.config.spec_paths = paths
             if policy is not None:
@@ -1546,12 +1553,18 @@ class SchedulerService:
                                         model_version=guard.model_version if guard is not None else "",
                                         reason="reload",
                                         extra={"previous": previous, "policy_block": decl.name,
-                                               "pools": sorted(spec.pools), "spec": [str(p) for p in paths]})
+                                               "pools": sorted(spec.pools), "spec": [str(p) for p in paths],
+                                               **({"kept_model": kept, "not_loaded": decl.model or ""}
+                                                  if kept else {})})
             except Exception:
                 self.metrics.audit_errors.inc()
                 _log.exception("could not audit the reload")
             self._wake.set()
-            return self.info()
+            out = self.info()
+            if kept:
+                out["warning"] = (f"model {decl.model} could not be loaded (see the audit's fallback record); "
+                                  f"still serving the previous model {kept}")
+            return out
 
     def info(self) -> dict[str, Any]:
         """Policy, model version, mode, breaker, pools (GPUs total/free), queue length, running count."""

@@ -409,3 +409,28 @@ def test_guarded_ppo_in_the_simulator_has_no_refused_decisions(tmp_path: Path) -
         guard.fallbacks_by_reason.get("circuit-open", 0)
     assert all(r.reason in {x.value for x in FallbackReason} for r in sink.events(AuditEvent.FALLBACK))
     assert np.isfinite(report.mean_jct_s) or report.jobs_completed == 0
+
+
+def test_keep_serving_the_previous_primary_when_the_new_one_does_not_load() -> None:
+    st, clock, sink = _state(), FakeClock(), MemorySink()
+
+    def fn(s: ClusterState) -> Iterator[Decision]:
+        yield _place(s, "j0", 3)
+
+    working = Scripted(fn, name="model-v1")
+    old = _guard(working, clock, sink)
+
+    def unreachable() -> Scripted:
+        raise ModelError("models:/x@champion: registry not reachable")
+
+    new = _guard(unreachable, clock, sink)
+    assert not new.primary_available and _reasons(sink) == ["model-missing"]
+    assert new.keep_serving(old) is True
+    assert new.primary is working and new.primary_available
+    new.reset(st)
+    assert working.resets == 1  # the kept model is reset for the new configuration
+    assert _drive(new, st) == [_place(st, "j0", 3)] and new.primary_decisions == 1
+    # nothing to keep when the new primary did load, or the previous one had none
+    loaded = _guard(Scripted(fn, name="model-v2"), clock, sink)
+    assert loaded.keep_serving(old) is False and loaded.primary is not working
+    assert _guard(unreachable, clock, sink).keep_serving(_guard(unreachable, clock, sink)) is False
