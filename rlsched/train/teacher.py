@@ -10,8 +10,8 @@ point on mean JCT that PPO then has to improve on. With nothing to place, both b
 one node in the cheapest elastic pool that can grow (when none is already
 provisioning), else wait. Neither reconfigures MIG.
 
-``sjf-spot-first`` is the cost-aware teacher of the spot experiment: the SJF order,
-but on-demand capacity only for jobs that need it - not preemptible, or *at risk*
+``sjf-spot-first`` is the cost-aware teacher of the spot experiment: at-risk jobs first,
+least deadline slack first, then the SJF order; on-demand capacity only for jobs that need it - not preemptible, or *at risk*
 (deadline slack below the estimated remaining work plus the on-demand
 provisioning delay, or queued longer than ``max(estimate, 1 h)``: spot that stays short
 for that long is not coming soon enough).
@@ -24,6 +24,7 @@ stopped by the engine's idle-stop rule, so it never scales down.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -60,8 +61,15 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     runs = codec.window_runs(state)
     order = sorted(range(len(pools)), key=lambda p: (
         _KIND_RANK[pools[p].spec.kind], _price(state, pools[p])))
-    ranked = sorted(range(len(runs)), key=lambda i: (est(runs[i].job), -runs[i].job.submit_time, -i))
     risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
+
+    def slack(i: int) -> float:
+        dl = runs[i].job.deadline
+        return math.inf if dl is None else dl - now - max(est(runs[i].job) - runs[i].work_done, 0.0)
+
+    # At-risk jobs first, least slack first (earliest-deadline style); then SJF, oldest first on ties.
+    ranked = sorted(range(len(runs)), key=lambda i: (
+        (0, slack(i), runs[i].job.submit_time) if risky[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
     # The action space is work-conserving (waiting is illegal while a window job fits somewhere):
     # when only held on-demand capacity fits, the second pass uses it rather than idle it.
     # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
