@@ -66,3 +66,33 @@ def test_teacher_scheduler_always_acts_legally_on_a_mixed_queue() -> None:
         _, rep = _run(jobs, rule=rule)
         assert rep.jobs_completed == 60, rule
         assert rep.refused_decisions == 0, rule
+
+
+def test_at_risk_jobs_go_first_least_slack_first() -> None:
+    import numpy as np
+
+    from rlsched.envs.codec import ObservationCodec
+    from rlsched.policies import make_policy
+    from rlsched.train.teacher import teacher_action
+
+    # a blocker holds the only node; then a short relaxed job and two long jobs with tight deadlines queue
+    jobs = [Job("blocker", 0.0, 7200.0, num_gpus=8, preemptible=True),
+            Job("short", 10.0, 60.0, preemptible=True),
+            Job("late", 20.0, 3600.0, preemptible=True, deadline=20.0 + 3600.0 + 2000.0),
+            Job("later", 30.0, 3600.0, preemptible=True, deadline=30.0 + 3600.0 + 1000.0)]
+    eng = Engine(parse_cluster("1x8xV100-16GB"), jobs, default_market(), SimConfig(seed=0, oracle_durations=True))
+    fifo = make_policy("fifo")
+    while eng.advance():
+        if {"short", "late", "later"} <= set(eng.state.queue):
+            break
+        for d in fifo.decide(eng.state):
+            eng.apply(d)
+    codec = ObservationCodec(window=8, max_pools=1)
+    st = eng.state
+    runs = codec.window_runs(st)
+    mask = np.zeros(codec.n_actions, dtype=bool)
+    for k in range(len(runs)):
+        mask[k * codec.max_pools] = True
+    pick = runs[teacher_action(codec, st, mask, rule="sjf-spot-first") // codec.max_pools].job.job_id
+    assert pick == "later"  # at risk with the least slack, ahead of the shorter relaxed job
+    assert runs[teacher_action(codec, st, mask, rule="sjf") // codec.max_pools].job.job_id == "short"
