@@ -50,10 +50,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rlsched.errors import RlschedError
 from rlsched.runtime.audit import AuditEvent, AuditRecord, dumps
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from 3.11; annotations only
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
@@ -238,6 +241,21 @@ def _milli_of_profile(profile: str) -> int:
         raise StoreError(f"MIG profile {profile!r} is not of the form <1-7>g.<mem>gb")
     g = int(head)
     return 1000 if g == 7 else math.ceil(g * 1000 / 7)
+
+
+class SubmitOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Store.submit_record` (defaults and meaning there)."""
+
+    gpus: int
+    gpu_milli: int
+    mig_profile: str | None
+    gpu_models: Sequence[str]
+    priority: int
+    user: str
+    preemptible: bool
+    deadline: float | None
+    idempotency_key: str | None
+    options: Mapping[str, Any] | None
 
 
 class Store:
@@ -479,25 +497,9 @@ class Store:
         return out
 
     # ------------------------------------------------------------------ jobs: writes
-    def submit(
-        self,
-        argv: Sequence[str],
-        *,
-        gpus: int = 1,
-        gpu_milli: int = 1000,
-        mig_profile: str | None = None,
-        gpu_models: Sequence[str] = (),
-        priority: int = 0,
-        user: str = "",
-        preemptible: bool = False,
-        deadline: float | None = None,
-        idempotency_key: str | None = None,
-        options: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Queue a job and return its id (see :meth:`submit_record`)."""
-        return self.submit_record(argv, gpus=gpus, gpu_milli=gpu_milli, mig_profile=mig_profile,
-                                  gpu_models=gpu_models, priority=priority, user=user, preemptible=preemptible,
-                                  deadline=deadline, idempotency_key=idempotency_key, options=options)[0].id
+    def submit(self, argv: Sequence[str], **request: Unpack[SubmitOptions]) -> str:
+        """Queue a job and return its id (see :meth:`submit_record` for the options)."""
+        return self.submit_record(argv, **request)[0].id
 
     def submit_record(
         self,
