@@ -10,16 +10,17 @@ point on mean JCT that PPO then has to improve on. With nothing to place, both b
 one node in the cheapest elastic pool that can grow (when none is already
 provisioning), else wait. Neither reconfigures MIG.
 
-``sjf-spot-first`` is the cost-aware teacher of the spot experiment: at-risk jobs first,
-least deadline slack first, then the SJF order; on-demand capacity only for jobs that need it - not preemptible, or *at risk*
-(deadline slack below the estimated remaining work plus the on-demand
-provisioning delay, or queued longer than ``max(estimate, 1 h)``: spot that stays short
-for that long is not coming soon enough).
-Everything else runs on on-prem or spot, and waits for spot rather than buying
-on-demand (it still fills on-demand nodes already held when nothing else fits: the
-action space is work-conserving). It buys spot while the queued preemptible demand exceeds the spot pools'
-free and provisioning GPUs, and on-demand only for at-risk demand; idle nodes are
-stopped by the engine's idle-stop rule, so it never scales down.
+``sjf-spot-first`` is the cost-aware teacher of the spot experiment. Jobs *at risk* go
+first, least deadline slack first, then the rest in SJF order. A job is at risk when it is
+not preemptible, when its deadline slack is below its estimated remaining work plus the
+on-demand provisioning delay, or when it has queued longer than ``max(estimate, 1 h)``
+(spot that stays short that long is not coming soon enough). At-risk jobs try on-prem,
+then on-demand, then spot; the others on-prem and spot only, and wait for spot rather
+than buy on-demand (they still fill on-demand nodes already held when nothing else fits:
+the action space is work-conserving). It buys spot while the window's relaxed demand
+exceeds the spot pools' free and provisioning GPUs, and on-demand only for the window's
+at-risk demand (the window is what the student observes); idle nodes are stopped by the
+engine's idle-stop rule, so it never scales down.
 """
 
 from __future__ import annotations
