@@ -211,19 +211,18 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
 
 def build_market(spec: Any, pools: list[PoolSpec], base: Path | None = None, offset_s: float = 0.0) -> Market:
     """The default market, or one from canonical price/availability files; checked against the pools."""
-    from rlsched.market import TableMarket, default_market, read_availability, read_prices
-    from rlsched.market.defaults import preemption_models
+    from rlsched.market import default_market
 
     if spec in (None, "default"):
         market = default_market(offset_s)
     elif isinstance(spec, dict):
         _check_keys("market", spec, {"prices", "availability", "offset_s", "preemption"})
-        offset = float(spec.get("offset_s", offset_s))
-        dm = default_market(offset)
-        prices = read_prices(str(_resolve(spec["prices"], base))) if spec.get("prices") else dm.prices
-        avail = read_availability(str(_resolve(spec["availability"], base))) if spec.get("availability") else None
-        models, fallback = preemption_models(str(spec.get("preemption", "advisor")))
-        market = TableMarket(prices, avail, models, fallback, offset_s=offset)
+        # The bundled market with the parts the mapping names replaced.
+        return override_market(
+            default_market(), pools,
+            prices=str(_resolve(spec["prices"], base)) if spec.get("prices") else None,
+            availability=str(_resolve(spec["availability"], base)) if spec.get("availability") else None,
+            offset_s=float(spec.get("offset_s", offset_s)), preemption=str(spec.get("preemption", "advisor")))
     else:
         raise ScenarioError(f"market must be 'default' or a mapping, got {spec!r}")
     market.check_pools(pools)

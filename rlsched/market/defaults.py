@@ -79,9 +79,16 @@ def default_prices() -> PriceTable:
 
 
 @lru_cache(maxsize=1)
+def _preemption_table() -> tuple[dict[str, PreemptionModel], dict[str, PreemptionModel]]:
+    """The bundled table, read once: (advisor hazards, Kaplan-Meier curves incl. the pooled ``*``)."""
+    hazards, kms = read_preemption_table(_data_path(DEFAULT_PREEMPTION_FILE))
+    return dict(hazards), dict(kms)
+
+
+@lru_cache(maxsize=1)
 def default_preemption() -> tuple[dict[str, PreemptionModel], PreemptionModel | None]:
     """Per-model lifetime models and the pooled fallback, from the bundled table."""
-    hazards, kms = read_preemption_table(_data_path(DEFAULT_PREEMPTION_FILE))
+    hazards, kms = _preemption_table()
     models: dict[str, PreemptionModel] = {m: km for m, km in kms.items() if m != "*"}
     models.update(hazards)  # the advisor hazard wins where both exist
     return models, kms.get("*")
@@ -106,7 +113,7 @@ def preemption_models(source: str = "advisor") -> tuple[dict[str, PreemptionMode
     if source == "advisor":
         return default_preemption()
     if source == "observed":
-        _, kms = read_preemption_table(_data_path(DEFAULT_PREEMPTION_FILE))
+        _, kms = _preemption_table()
         return {m: km for m, km in kms.items() if m != "*"}, kms.get("*")
     raise ScenarioError(f"market.preemption must be one of {', '.join(PREEMPTION_SOURCES)}, got {source!r}")
 
