@@ -12,9 +12,9 @@ from rlsched.sim import Engine, Report
 from rlsched.train.worlds import World
 from rlsched.workload.forecast import fresh_forecaster
 
-#: Metrics averaged over worlds in the summary (lower is better except utilisation).
 #: the on-demand-only baseline that spot economics are measured against (issue 6)
 ONDEMAND_REFERENCE = "ondemand-autoscale"
+#: Metrics averaged over worlds in the summary (lower is better except utilisation).
 SUMMARY_METRICS = ("mean_jct_s", "p95_jct_s", "mean_wait_s", "cost_usd", "gpu_utilization", "deadline_misses",
                    "lost_gpu_hours", "jobs_completed", "jobs_unschedulable")
 

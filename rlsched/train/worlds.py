@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlsched.cluster.spec import format_cluster, parse_cluster
+from rlsched.market.base import Market
 from rlsched.scenario import Scenario, apply_workload_options, load_scenario
 from rlsched.train.config import ExperimentError, ScenarioEntry
 from rlsched.workload.trace import Trace
@@ -78,7 +79,7 @@ def _variants(entry: ScenarioEntry, base: Scenario) -> list[tuple[str, Scenario,
         if c and table is not None:
             table.check_pools(pools)
         for off in offsets:
-            market: Any = base.market
+            market: Market = base.market
             if off is not None and table is not None:
                 market = table.with_offset(table.offset_s + off * 3600.0)
             for lf in loads:
