@@ -157,6 +157,11 @@ def imitation_weights(exp: Experiment, actions: np.ndarray, cap: float = 20.0) -
     return (w / w.mean()).astype(np.float32)
 
 
+def _weighted_nll(policy: Any, obs: dict[str, Any], masks: np.ndarray, actions: Any, weights: Any) -> Any:
+    """Class-weighted negative log-likelihood of the teacher's actions (cloning and keeping share it)."""
+    return -(weights * policy.get_distribution(obs, action_masks=masks).log_prob(actions)).mean()
+
+
 def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float,
                     log: Callable[[str], None]) -> dict[str, float]:
     """Warm start: imitate the heuristic teacher (DL2-style) and fit the critic to its returns.
@@ -198,9 +203,8 @@ def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float
         for i in range(0, n, batch):
             idx = perm[i: i + batch]
             batch_obs = {k: v[idx] for k, v in obs_t.items()}
-            dist = policy.get_distribution(batch_obs, action_masks=mask_np[idx])
             values = policy.predict_values(batch_obs).flatten()
-            imitation = -(w_t[idx] * dist.log_prob(act_t[idx])).mean()
+            imitation = _weighted_nll(policy, batch_obs, mask_np[idx], act_t[idx], w_t[idx])
             loss = imitation + 0.5 * torch.nn.functional.mse_loss(values, ret_t[idx])
             opt.zero_grad()
             loss.backward()
@@ -251,8 +255,8 @@ def imitation_keeper(exp: Experiment, data: TeacherData, total_steps: int) -> An
             total = 0.0
             for _ in range(exp.bc.keep_batches):
                 idx = rng.integers(0, len(act_t), size=min(256, len(act_t)))
-                dist = policy.get_distribution({k: v[idx] for k, v in obs_t.items()}, action_masks=data.masks[idx])
-                loss = -weight * (w_t[idx] * dist.log_prob(act_t[idx])).mean()
+                batch_obs = {k: v[idx] for k, v in obs_t.items()}
+                loss = weight * _weighted_nll(policy, batch_obs, data.masks[idx], act_t[idx], w_t[idx])
                 policy.optimizer.zero_grad()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), exp.ppo.max_grad_norm)
