@@ -53,6 +53,16 @@ def at_risk(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -
     return run.queued_s + (now - run.enqueued_at) > max(estimate, AT_RISK_WAIT_S)
 
 
+#: pool order of the spot-first teacher: on-prem, then spot, then on-demand (cheapest first within a kind)
+_KIND_RANK = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
+
+
+def _price(state: ClusterState, pool: Pool) -> float:
+    """A pool's current price per GPU-hour (0 without a quote: on-prem)."""
+    q = state.quotes.get(pool.name)
+    return q.price_per_gpu_hour if q else 0.0
+
+
 def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray) -> int:
     p_slots = codec.max_pools
     pools = list(state.pools.values())[:p_slots]
@@ -103,13 +113,6 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     return codec.wait_action
 
 
-_KIND_RANK = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
-
-
-def _price(state: ClusterState, pool: Pool) -> float:
-    q = state.quotes.get(pool.name)
-    return q.price_per_gpu_hour if q else 0.0
-
 
 def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
                    w_priority: float = 0.6, w_wait: float = 0.4, rule: str = "weighted-priority") -> int:
@@ -124,10 +127,7 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
 
     def pool_cost(p: int) -> tuple[int, float]:
         pool = pools[p]
-        if pool.spec.kind is PoolKind.ONPREM:
-            return (0, 0.0)
-        q = state.quotes.get(pool.name)
-        return (1, q.price_per_gpu_hour if q else 0.0)
+        return (0, 0.0) if pool.spec.kind is PoolKind.ONPREM else (1, _price(state, pool))
 
     order = sorted(range(len(pools)), key=pool_cost)
     if runs:
