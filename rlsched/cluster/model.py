@@ -19,6 +19,10 @@ from rlsched.cluster.catalog import GpuModel, MigProfile
 from rlsched.cluster.estimate import DurationEstimator
 from rlsched.cluster.job import Job
 
+#: seconds of work between two checkpoints for a job that names no interval (the simulator's
+#: default; see :mod:`rlsched.cluster.checkpoint`).
+DEFAULT_CHECKPOINT_INTERVAL_S = 1800.0
+
 
 class PoolKind(str, Enum):
     """How capacity is obtained and paid for."""
@@ -270,6 +274,7 @@ class JobRun:
         profile: the MIG profile it holds (MIG placements only).
         work_done: seconds of progress (at full speed) made and kept so far.
         checkpointed: the part of ``work_done`` that survives a preemption.
+        checkpoint_at: when that checkpoint was written (None: the job holds none yet).
         attained: GPU-seconds of service received (Tiresias' 2D-LAS attained service).
         rate: progress per second (below 1 when time-sliced with other jobs).
         started_at: start of the current run segment.
@@ -291,6 +296,7 @@ class JobRun:
     profile: str | None = None
     work_done: float = 0.0
     checkpointed: float = 0.0
+    checkpoint_at: float | None = None
     attained: float = 0.0
     rate: float = 1.0
     started_at: float = 0.0
@@ -377,6 +383,9 @@ class ClusterState:
         self.estimator = DurationEstimator()
         #: GPU-equivalents allocated now (a slice counts its compute share).
         self.allocated = 0.0
+        #: seconds of work between checkpoints for jobs that name none (the world's default:
+        #: the simulator sets its ``SimConfig`` value; see :mod:`rlsched.cluster.checkpoint`).
+        self.checkpoint_interval_s = DEFAULT_CHECKPOINT_INTERVAL_S
 
     # --- demand signal ------------------------------------------------------------------
     ARRIVAL_TAU_S = 3600.0

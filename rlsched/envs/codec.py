@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rlsched.cluster.checkpoint import checkpoint_age, exposure
 from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import named_layouts, pack_layout, pool_candidates, reconfigure_check
 from rlsched.cluster.job import Job
@@ -47,7 +48,7 @@ from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
-CODEC_VERSION = 4
+CODEC_VERSION = 5
 #: Order of the reconfiguration targets (names from :func:`named_layouts`).
 LAYOUT_ORDER: tuple[str, ...] = ("all-1g", "all-2g", "all-3g", "balanced", "mixed-4-3", "all-7g")
 
@@ -63,6 +64,7 @@ JOB_FEATURES: tuple[str, ...] = (
     "log_deadline_slack_h",
     "log_attained_gpu_h",
     "log_restarts",
+    "log_checkpoint_age_h",
 )
 POOL_FEATURES: tuple[str, ...] = (
     "present",
@@ -83,6 +85,7 @@ POOL_FEATURES: tuple[str, ...] = (
     "reclaim_rate_per_h",
     "can_scale_up",
     "can_scale_down",
+    "log_exposed_gpu_h",
 )
 GLOBAL_FEATURES: tuple[str, ...] = (
     "log_queue_length",
@@ -396,6 +399,13 @@ class ObservationCodec:
         row[15] = min(reclaim, _BOUND)
         row[16] = 1.0 if slot.can_up else 0.0
         row[17] = 1.0 if slot.can_down else 0.0
+        if spec.kind is PoolKind.SPOT:
+            # GPU-hours of work a reclaim of the whole pool would throw away now
+            ci = state.checkpoint_interval_s
+            name = spec.name
+            exposed = sum(exposure(r, now, ci) * r.job.gpu_demand for r in state.running.values()
+                          if r.placement is not None and r.placement.pool == name)
+            row[18] = _log1p(exposed / 3600.0)
         self._pools[slot.index] = row
         slot.held = held
         slot.ready_gpus = ready * spec.gpus_per_node
@@ -628,7 +638,8 @@ class ObservationCodec:
                     slack = _log1p(s) if s >= 0 else -_log1p(-s)
                 upd_rows.append(entry[0])
                 upd_vals.append((*entry[4], _log1p(e / 3600.0), _log1p(max(wait, 0.0) / 3600.0), *entry[5],
-                                 slack, _log1p(run.attained / 3600.0), _log1p(run.restarts)))
+                                 slack, _log1p(run.attained / 3600.0), _log1p(run.restarts),
+                                 _log1p(checkpoint_age(run, now) / 3600.0)))
                 entry[1] = epoch
             rows.append(entry[0])
             shapes.append(entry[2])

@@ -69,6 +69,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rlsched.cluster.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, interval_of, kept_after_reclaim, progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
 from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.model import ClusterState, JobRun, Placement, Pool, PoolKind
@@ -184,7 +185,7 @@ class UniformProgress(QueueHeuristic):
 
     name = "uniform-progress"
 
-    def __init__(self, restart_overhead_s: float = 60.0, checkpoint_interval_s: float = 1800.0,
+    def __init__(self, restart_overhead_s: float = 60.0, checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
                  migrate: bool = True, max_step: int = 8, **kw: Any) -> None:
         if restart_overhead_s < 0 or checkpoint_interval_s < 0:
             raise ValueError("restart_overhead_s and checkpoint_interval_s must be >= 0")
@@ -212,9 +213,7 @@ class UniformProgress(QueueHeuristic):
     # ------------------------------------------------------------------ the rule
     def progress(self, state: ClusterState, run: JobRun) -> float:
         """Work done so far (a running job's current segment included)."""
-        if run.placement is not None:
-            return run.work_done + run.rate * (state.time - run.started_at)
-        return run.work_done
+        return progress_now(run, state.time)
 
     def work(self, state: ClusterState, run: JobRun, progress: float) -> float:
         """Total work W: the estimate, doubled until it exceeds the progress made."""
@@ -223,17 +222,12 @@ class UniformProgress(QueueHeuristic):
             w *= 2.0
         return w
 
-    def _checkpoint_interval(self, run: JobRun) -> float:
-        ci = run.job.checkpoint_interval
-        return self.checkpoint_interval_s if ci is None else ci
-
     def exposure(self, run: JobRun, progress: float) -> float:
         """Work a reclaim now would throw away (0 unless running on spot)."""
         if run.placement is None or not run.on_spot:
             return 0.0
-        ci = self._checkpoint_interval(run)
-        kept = math.floor(max(progress, 0.0) / ci) * ci if ci > 0 else 0.0
-        return max(progress - max(kept, run.checkpointed), 0.0)
+        kept = kept_after_reclaim(progress, interval_of(run, self.checkpoint_interval_s), run.checkpointed)
+        return max(progress - kept, 0.0)
 
     def ondemand_delay(self, state: ClusterState, run: JobRun) -> float:
         """Provisioning delay of the quickest on-demand pool that fits the job (0 if none)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlsched.cluster.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, interval_of, kept_after_reclaim
 from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import (
     check_placement,
@@ -79,7 +80,7 @@ class SimConfig:
     """
 
     seed: int = 0
-    checkpoint_interval_s: float = 1800.0
+    checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S
     restart_overhead_s: float = 60.0
     mig_reconfig_s: float = 60.0
     oracle_durations: bool = False
@@ -151,6 +152,7 @@ class Engine:
         self.rng = np.random.default_rng(cfg.seed)
         self.state = ClusterState(self.pool_specs)
         self.state.estimator.oracle = cfg.oracle_durations
+        self.state.checkpoint_interval_s = cfg.checkpoint_interval_s
         self.t0 = self.jobs[0].submit_time if self.jobs else 0.0
         self.now = self.t0
         self.state.time = self.now
@@ -472,9 +474,10 @@ class Engine:
         if graceful:
             kept = max(work, run.checkpointed)
         else:
-            ci = job.checkpoint_interval if job.checkpoint_interval is not None else self.config.checkpoint_interval_s
-            kept = math.floor(max(work, 0.0) / ci) * ci if ci > 0 else 0.0
-            kept = max(kept, run.checkpointed)
+            kept = kept_after_reclaim(work, interval_of(run, self.config.checkpoint_interval_s), run.checkpointed)
+        if kept > run.checkpointed:
+            # written when the work reached ``kept``: now for a graceful stop, earlier for a reclaim
+            run.checkpoint_at = self.now - (work - kept) / run.rate if run.rate > 0 else self.now
         lost = max(work - kept, 0.0)
         run.lost_gpu_seconds += lost * job.gpu_demand
         run.attained += (self.now - run.started_at) * job.gpu_demand
