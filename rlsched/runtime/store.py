@@ -58,7 +58,7 @@ from rlsched.runtime.audit import AuditEvent, AuditRecord, dumps
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from 3.11; annotations only
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 
@@ -231,6 +231,9 @@ _MIGRATIONS: dict[int, str] = {
     # version reached -> SQL that takes the previous version there
     1: _SCHEMA,
     2: "ALTER TABLE jobs ADD COLUMN options TEXT NOT NULL DEFAULT '{}';",
+    # recovery reads one kind of record (open MIG re-split intents) at every start: by index, not
+    # by scanning an append-only table that only grows
+    3: "CREATE INDEX audit_by_event ON audit(event, id);",
 }
 
 

@@ -56,6 +56,25 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         Store(tmp_path / "db")
 
 
+def test_older_schema_migrates_and_audit_by_event_uses_its_index(tmp_path: Path) -> None:
+    # a version-2 database (before the audit event index) written with a record of each kind
+    with Store(tmp_path / "db") as s:
+        jid = s.submit(["a"], user="u1")
+        s.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=("GPU-a",), reason="re-split")
+    conn = sqlite3.connect(tmp_path / "db")
+    conn.execute("DROP INDEX audit_by_event")
+    conn.execute("PRAGMA user_version=2")
+    conn.commit()
+    conn.close()
+    with Store(tmp_path / "db") as s:
+        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.get(jid) is not None
+        assert [r.reason for r in s.audit(event=AuditEvent.MIG_RECONFIGURATION)] == ["re-split"]
+        plan = s._conn().execute("EXPLAIN QUERY PLAN SELECT * FROM audit WHERE id > 0 AND event = ? ORDER BY id",
+                                 (AuditEvent.MIG_RECONFIGURATION.value,)).fetchall()
+        assert any("audit_by_event" in str(tuple(row)) for row in plan), [tuple(r) for r in plan]
+
+
 def test_reopen_keeps_everything(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as s:
         jid = s.submit(["train.py", "--lr", "0.1"], gpus=2, priority=5, user="ana", preemptible=True, deadline=99.0)

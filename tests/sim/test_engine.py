@@ -289,6 +289,7 @@ def test_spot_reclaim_loses_work_since_last_checkpoint() -> None:
     assert r.lost_gpu_hours == pytest.approx(200.0 / 3600.0)
     assert run.first_start == 0.0
     assert run.finish_time == pytest.approx(3260.0)
+    assert run.checkpoint_at == pytest.approx(900.0)  # the kept checkpoint was written when work reached 900
     assert run.queued_s == pytest.approx(100.0)
     assert r.mean_wait_s == pytest.approx(100.0)
     # Cost: node 1 held 0..1000, node 2 requested at 1000 (provisioning is paid) and held to the end.
@@ -332,6 +333,7 @@ def test_checkpoint_survives_a_reclaim_during_restart_overhead() -> None:
     run = e.runs["j"]
     assert run.preemptions == 2
     assert run.checkpointed == pytest.approx(900.0)
+    assert run.checkpoint_at == pytest.approx(900.0)  # the second reclaim wrote nothing newer
     assert run.finish_time == pytest.approx(3202.0)
 
 
@@ -398,6 +400,7 @@ def test_graceful_priority_preemption_loses_no_work() -> None:
     # lo kept its 300 s and pays the 60 s restart overhead: 1000 - 300 + 60 = 760 s from 400.
     assert e.runs["lo"].finish_time == pytest.approx(1160.0)
     assert e.runs["lo"].queued_s == pytest.approx(100.0)
+    assert e.runs["lo"].checkpoint_at == pytest.approx(300.0)  # a graceful stop checkpoints as it stops
 
 
 def test_abrupt_preemption_loses_work_since_checkpoint() -> None:
@@ -412,6 +415,7 @@ def test_abrupt_preemption_loses_work_since_checkpoint() -> None:
     # 300 done, 250 checkpointed: 50 lost; lo restarts at 400 needing 1000 - 250 + 60 = 810.
     assert r.lost_gpu_hours == pytest.approx(50.0 / 3600)
     assert e.runs["lo"].finish_time == pytest.approx(1210.0)
+    assert e.runs["lo"].checkpoint_at == pytest.approx(250.0)
 
 
 # --------------------------------------------------------------------------- elastic pools and cost
