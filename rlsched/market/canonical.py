@@ -23,8 +23,13 @@ rows (a value holds until the next row), and a key whose first row comes later t
 the file's other keys (its first value is back-filled to the series start; see
 :class:`~rlsched.market.series.StepSeries`). Unknown extra columns are ignored.
 
-Each key becomes one :class:`StepSeries` whose period (for wrap-around) is its own
-last change time plus its median gap, unless ``period_s`` is given for the whole file.
+Each key becomes one :class:`StepSeries`. Keys of one region are one recorded history,
+so they wrap around together: their common period is the longest of their own default
+periods (last change plus median gap), unless ``period_s`` is given for the whole file.
+Wrapping each key on its own would pair, after the shorter key's end, a spot price of
+one month with an on-demand price of another (a region's on-demand price changes four
+times in a year, its spot price nine: the on-demand series would start over months
+before the spot series does). A key with a single value is constant.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rlsched.cluster.catalog import CATALOG, resolve_model_name
 from rlsched.errors import MarketError
@@ -92,6 +97,17 @@ class AvailabilityRow:
         return (self.gpu_model, self.region)
 
 
+def _region_periods(groups: dict[Any, list[float]], region_of: Callable[[Any], str]) -> dict[Any, float | None]:
+    """The wrap-around period of each key: the longest default period of its region's keys."""
+    own = {k: StepSeries(t, [0.0] * len(t)).period for k, t in groups.items()}
+    longest: dict[str, float] = {}
+    for k, per in own.items():
+        if math.isfinite(per):
+            r = region_of(k)
+            longest[r] = max(longest.get(r, 0.0), per)
+    return {k: (longest[region_of(k)] if math.isfinite(own[k]) else None) for k in groups}
+
+
 @dataclass(slots=True)
 class PriceTable:
     """Price series per ``(gpu_model, capacity, region)``.
@@ -113,8 +129,10 @@ class PriceTable:
         groups: dict[PriceKey, list[PriceRow]] = {}
         for r in ordered:
             groups.setdefault(r.key, []).append(r)
+        periods = _region_periods({k: [r.time_s for r in g] for k, g in groups.items()}, lambda k: k[2])
         series = {
-            k: StepSeries([r.time_s for r in g], [r.usd_per_gpu_hour for r in g], period=period_s)
+            k: StepSeries([r.time_s for r in g], [r.usd_per_gpu_hour for r in g],
+                          period=period_s if period_s is not None else periods[k])
             for k, g in groups.items()
         }
         return cls(series=series, rows=ordered, source=source)
@@ -152,8 +170,10 @@ class AvailabilityTable:
         groups: dict[tuple[str, str], list[AvailabilityRow]] = {}
         for r in ordered:
             groups.setdefault(r.key, []).append(r)
+        periods = _region_periods({k: [r.time_s for r in g] for k, g in groups.items()}, lambda k: k[1])
         series = {
-            k: StepSeries([r.time_s for r in g], [float(r.available_nodes) for r in g], period=period_s)
+            k: StepSeries([r.time_s for r in g], [float(r.available_nodes) for r in g],
+                          period=period_s if period_s is not None else periods[k])
             for k, g in groups.items()
         }
         return cls(series=series, rows=ordered, source=source)

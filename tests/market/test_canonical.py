@@ -39,6 +39,29 @@ def test_read_prices_happy_path(tmp_path: Path) -> None:
     assert t.regions("H100-80GB", "spot") == ["us-central1"]
 
 
+def test_one_regions_series_wrap_around_together(tmp_path: Path) -> None:
+    # us-central1: on-demand changes at 0 and 100 (own period 200), spot at 0, 100, 200, 300 (own period
+    # 400). One history: both wrap at 400, so at t=250 on-demand still holds its last price (on its own
+    # it would already have started over) and spot and on-demand come from the same recorded moment.
+    # Another region keeps its own period; a single-valued key stays constant.
+    p = _write(tmp_path, "time_s,gpu_model,capacity,usd_per_gpu_hour,region\n"
+                         "0,H100-80GB,on_demand,11,us-central1\n100,H100-80GB,on_demand,6,us-central1\n"
+                         "0,H100-80GB,spot,8,us-central1\n100,H100-80GB,spot,4,us-central1\n"
+                         "200,H100-80GB,spot,3,us-central1\n300,H100-80GB,spot,2.5,us-central1\n"
+                         "0,H100-80GB,on_demand,10,us-east1\n100,H100-80GB,on_demand,5,us-east1\n"
+                         "0,A100-80GB,on_demand,5,us-central1\n")
+    t = read_prices(p)
+    od, spot = t.get("H100-80GB", "on_demand", "us-central1"), t.get("H100-80GB", "spot", "us-central1")
+    other, flat = t.get("H100-80GB", "on_demand", "us-east1"), t.get("A100-80GB", "on_demand", "us-central1")
+    assert od is not None and spot is not None and other is not None and flat is not None
+    assert od.period == spot.period == 400.0
+    assert od.value_at(250) == 6.0 and spot.value_at(250) == 3.0
+    assert od.value_at(450) == 11.0 and spot.value_at(450) == 8.0  # the history starts over, together
+    assert other.period == 200.0 and other.value_at(250) == 10.0
+    assert flat.value_at(1e9) == 5.0
+    assert read_prices(p, period_s=1000.0).get("H100-80GB", "on_demand", "us-central1").period == 1000.0  # type: ignore[union-attr]
+
+
 def test_prices_round_trip(tmp_path: Path) -> None:
     rows = [PriceRow(0.0, "A100-40GB", "spot", 1.25, "r1"), PriceRow(60.5, "A100-40GB", "spot", 1.5, "r1")]
     out = tmp_path / "o.csv"
