@@ -48,7 +48,7 @@ from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
-CODEC_VERSION = 5
+CODEC_VERSION = 6
 #: Order of the reconfiguration targets (names from :func:`named_layouts`).
 LAYOUT_ORDER: tuple[str, ...] = ("all-1g", "all-2g", "all-3g", "balanced", "mixed-4-3", "all-7g")
 
@@ -157,7 +157,8 @@ class ObservationCodec:
     * ``k*P + p``: place job slot ``k`` in pool slot ``p`` (best fit inside the pool);
     * ``K*P + p*L + l``: reconfigure one idle GPU of MIG pool ``p`` to layout ``l``;
     * ``K*P + P*L + 2*p``: scale pool ``p`` up by one node, ``+1``: down by one node;
-    * ``K*P + P*L + 2*P``: wait (let time advance).
+    * ``K*P + P*L + 2*P``: wait (let time advance); legal only when no window job fits a
+      pool slot other than an on-demand one (see :meth:`mask`).
 
     Every feature is bounded by construction (fractions, one-hots, ``log1p`` of
     hours or counts), well inside the observation space's +-50 for any input
@@ -198,6 +199,8 @@ class ObservationCodec:
         self._job_row: dict[str, list[Any]] = {}  # job id -> [store row, epoch, shape id, ...]
         # Feasibility per request-shape id (row 0 = padding, all zero) and pool slot.
         self._feas = np.zeros((16, p), dtype=np.float32)
+        #: pool slots whose free capacity makes waiting illegal (all but on-demand pools)
+        self._binding = np.zeros(p, dtype=bool)
         self._shape_ids: dict[tuple[Any, ...], int] = {}
         self._state: ClusterState | None = None
         self._tracked = False
@@ -240,7 +243,7 @@ class ObservationCodec:
             "layouts=" + ",".join(LAYOUT_ORDER[: self.layouts]),
             "actions=place(k*P+p),reconfigure(KP+p*L+l),scale(KP+PL+2p+{up,down}),wait",
             f"window=head{self.window // 2}+shortest{self.window - self.window // 2}ofqueue",
-            "wait=only-when-nothing-fits",
+            "wait=only-when-nothing-fits-but-on-demand",
         ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"gpupool-codec-v{CODEC_VERSION}-{digest}"
@@ -299,6 +302,9 @@ class ObservationCodec:
                 layouts.append(lay if lay is not None and pack_layout(pool.spec.model, lay) is not None else None)
             layouts += [None] * (self.layouts - len(layouts))
             self._slots.append(_PoolCache(i, pool, layouts))
+        self._binding[:] = False
+        for slot in self._slots:
+            self._binding[slot.index] = slot.pool.spec.kind is not PoolKind.ONDEMAND
         self._pools[:] = 0.0
         self._tail[:] = False
         self._tail[-1] = True
@@ -710,17 +716,24 @@ class ObservationCodec:
     def mask(self, state: ClusterState) -> np.ndarray:
         """Legal actions of ``state`` (bool array).
 
-        Work-conserving: waiting is legal only when no window job can be placed. The
-        policy decides *which* job goes *where* (and when to buy, release or re-split
-        capacity), never whether to leave a GPU idle in front of a job that fits it.
-        Letting it wait there made learning fragile: a job's start delay barely moves
-        the episode's reward at the next step, and policies trained on small fleets
-        learned to idle large ones.
+        Work-conserving, except for on-demand capacity: waiting is legal only when no
+        window job can be placed in an on-prem or spot pool. The policy decides *which*
+        job goes *where* (and when to buy, release or re-split capacity), never whether
+        to leave an owned or spot GPU idle in front of a job that fits it. Letting it wait
+        there made learning fragile: a job's start delay barely moves the episode's
+        reward at the next step, and policies trained on small fleets learned to idle
+        large ones. On-demand capacity is the exception because holding it is the
+        expensive choice: a fully work-conserving policy must feed every on-demand node
+        it holds, so a node bought for one burst never drains and never reaches the idle
+        stop (measured on codec v5: on openb, where no deadline is at risk, the spot
+        policy kept ~2,350 USD of on-demand nodes busy with jobs that could have waited
+        minutes for spot). Waiting while only on-demand fits lets it drain them.
         """
         self._sync(state)
-        place = self._feas.take(self._shape_idx, axis=0).ravel() > 0.0
+        feas = self._feas.take(self._shape_idx, axis=0)
+        place = feas.ravel() > 0.0
         mask = np.concatenate((place, self._tail))
-        if place.any():
+        if feas[:, self._binding].any():
             mask[self.wait_action] = False
         return mask
 

@@ -16,8 +16,8 @@ not preemptible, when its deadline slack is below its estimated remaining work p
 on-demand provisioning delay, or when it has queued longer than ``max(estimate, 1 h)``
 (spot that stays short that long is not coming soon enough). At-risk jobs try on-prem,
 then on-demand, then spot; the others on-prem and spot only, and wait for spot rather
-than buy on-demand (they still fill on-demand nodes already held when nothing else fits:
-the action space is work-conserving). It buys spot while the window's relaxed demand
+than buy or fill on-demand (waiting is legal while only on-demand capacity fits, so held
+on-demand nodes drain and reach the idle stop). It buys spot while the window's relaxed demand
 exceeds the spot pools' free and provisioning GPUs, and on-demand only for the window's
 at-risk demand (the window is what the student observes); idle nodes are stopped by the
 engine's idle-stop rule, so it never scales down.
@@ -81,8 +81,9 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     # At-risk jobs first, least slack first (earliest-deadline style); then SJF, oldest first on ties.
     ranked = sorted(range(len(runs)), key=lambda i: (
         (0, slack(i), runs[i].job.submit_time) if risky[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
-    # The action space is work-conserving (waiting is illegal while a window job fits somewhere):
-    # when only held on-demand capacity fits, the second pass uses it rather than idle it.
+    # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so the second
+    # pass only runs when the mask forbids waiting for a job that fits only on-demand - never, since
+    # codec v6 - and is kept for masks that do.
     # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
     risky_order = sorted(order, key=lambda p: pools[p].spec.kind is PoolKind.SPOT)
     for strict in (True, False):

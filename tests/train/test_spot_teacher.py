@@ -96,3 +96,16 @@ def test_at_risk_jobs_go_first_least_slack_first() -> None:
     pick = runs[teacher_action(codec, st, mask, rule="sjf-spot-first") // codec.max_pools].job.job_id
     assert pick == "later"  # at risk with the least slack, ahead of the shorter relaxed job
     assert runs[teacher_action(codec, st, mask, rule="sjf") // codec.max_pools].job.job_id == "short"
+
+
+def test_relaxed_jobs_wait_for_spot_rather_than_feed_a_held_on_demand_node() -> None:
+    # "tight" buys an on-demand node at t=0 (2 of its 8 GPUs used); relaxed jobs arriving later fit
+    # that node, but the teacher waits for spot instead, so the on-demand node drains and stops.
+    jobs = [Job("tight", 0.0, 1800.0, num_gpus=2, preemptible=True, deadline=1800.0 + 900.0)]
+    jobs += [Job(f"r{i}", 600.0 + i, 3600.0, num_gpus=2, preemptible=True, deadline=600.0 + 48 * 3600.0)
+             for i in range(3)]
+    eng, rep = _run(jobs)
+    assert rep.jobs_completed == 4 and rep.refused_decisions == 0 and rep.deadline_misses == 0
+    runs = {r.job.job_id: r for r in eng.finished}
+    assert not runs["tight"].on_spot
+    assert all(runs[f"r{i}"].on_spot for i in range(3))

@@ -1,4 +1,4 @@
-"""The codec's checkpoint features: a queued job's checkpoint age, a spot pool's work at risk."""
+"""Codec v5/v6 semantics: checkpoint age, a spot pool's work at risk, waiting while only on-demand fits."""
 
 from __future__ import annotations
 
@@ -47,3 +47,20 @@ def test_checkpoint_age_and_spot_exposure_follow_the_engine() -> None:
     # a job that never ran holds no checkpoint
     assert seen[0.0]["jobs"][0, age] == 0.0
     assert e.runs["j"].finish_time is not None
+
+
+@pytest.mark.parametrize(("spot_nodes", "wait_legal"), [(0, True), (1, False)])
+def test_waiting_is_legal_while_only_on_demand_capacity_fits(spot_nodes: int, wait_legal: bool) -> None:
+    # One held on-demand node with free GPUs; the queued job fits it. Without a ready spot node
+    # the policy may wait (let the on-demand node drain) instead of feeding it; with one, the
+    # action space stays work-conserving.
+    pools = [pool("spot", kind=PoolKind.SPOT, nodes=2, lo=spot_nodes, gpus=2),
+             pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=1, gpus=2)]
+    e = Engine(pools, [job("j", 0, 100, 1, preemptible=True)], FakeMarket(price=1.0))
+    e.reset()
+    assert e.advance()
+    codec = ObservationCodec(window=4, max_pools=2)
+    mask = codec.mask(e.state)
+    assert mask[0 * 2 + 1]  # place j in the on-demand pool
+    assert bool(mask[0 * 2 + 0]) is bool(spot_nodes)  # ... or in the spot pool, when it holds a node
+    assert bool(mask[codec.wait_action]) is wait_legal
