@@ -861,12 +861,9 @@ class SchedulerService:
     def _holdings(self, holding: list[JobRecord], pools: dict[str, PoolSpec], now: float) -> list[Holding]:
         out = [h for r in holding if (h := self._holding_of(r, pools)) is not None]
         if any(q.max_gpu_hours_per_day is not None for q in self._spec.quotas.values()):
-            since = now - 86_400.0
-            for r in self.store.jobs([JobState.DONE, JobState.FAILED, JobState.CANCELLED]):
-                if r.finished_at is not None and r.finished_at >= since:
-                    h = self._holding_of(r, pools)
-                    if h is not None:
-                        out.append(h)
+            finished = self.store.jobs([JobState.DONE, JobState.FAILED, JobState.CANCELLED],
+                                       finished_since=now - 86_400.0)
+            out += [h for r in finished if (h := self._holding_of(r, pools)) is not None]
         return out
 
     def _quota_hold(self, view: LiveView, queued: list[JobRecord], holdings: list[Holding],

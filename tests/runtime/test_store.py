@@ -63,16 +63,34 @@ def test_older_schema_migrates_and_audit_by_event_uses_its_index(tmp_path: Path)
         s.append_audit(AuditEvent.MIG_RECONFIGURATION, gpus=("GPU-a",), reason="re-split")
     conn = sqlite3.connect(tmp_path / "db")
     conn.execute("DROP INDEX audit_by_event")
+    conn.execute("DROP INDEX jobs_by_finish")
     conn.execute("PRAGMA user_version=2")
     conn.commit()
     conn.close()
     with Store(tmp_path / "db") as s:
-        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.schema_version == SCHEMA_VERSION == 4
         assert s.get(jid) is not None
         assert [r.reason for r in s.audit(event=AuditEvent.MIG_RECONFIGURATION)] == ["re-split"]
         plan = s._conn().execute("EXPLAIN QUERY PLAN SELECT * FROM audit WHERE id > 0 AND event = ? ORDER BY id",
                                  (AuditEvent.MIG_RECONFIGURATION.value,)).fetchall()
         assert any("audit_by_event" in str(tuple(row)) for row in plan), [tuple(r) for r in plan]
+        plan = s._conn().execute("EXPLAIN QUERY PLAN SELECT * FROM jobs WHERE state IN (?, ?) AND finished_at >= ? "
+                                 "ORDER BY seq", ("done", "failed", 0.0)).fetchall()
+        assert any("jobs_by_finish" in str(tuple(row)) for row in plan), [tuple(r) for r in plan]
+
+
+def test_jobs_finished_since(store: Store) -> None:
+    a, b, c = store.submit(["a"]), store.submit(["b"]), store.submit(["c"])
+    store.cancel(a)
+    store.cancel(b)
+    finished = {r.id: r.finished_at for r in store.jobs(finished_since=0.0)}
+    assert set(finished) == {a, b}  # c never finished
+    latest = max(t for t in finished.values() if t is not None)
+    assert {r.id for r in store.jobs([JobState.CANCELLED], finished_since=latest)} == {
+        k for k, t in finished.items() if t is not None and t >= latest}
+    assert store.jobs(finished_since=latest + 1.0) == []
+    assert store.jobs([JobState.DONE], finished_since=0.0) == []
+    assert [r.id for r in store.jobs()] == [a, b, c]  # no filter: everything, in submission order
 
 
 def test_reopen_keeps_everything(tmp_path: Path) -> None:
