@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from rlsched.cluster.catalog import CATALOG, resolve_model_name
 from rlsched.errors import MarketError
-from rlsched.market.series import StepSeries
+from rlsched.market.series import StepSeries, default_period
 
 __all__ = [
     "AvailabilityRow",
@@ -99,7 +99,7 @@ class AvailabilityRow:
 
 def _region_periods(groups: dict[Any, list[float]], region_of: Callable[[Any], str]) -> dict[Any, float | None]:
     """The wrap-around period of each key: the longest default period of its region's keys."""
-    own = {k: StepSeries(t, [0.0] * len(t)).period for k, t in groups.items()}
+    own = {k: default_period(t) for k, t in groups.items()}
     longest: dict[str, float] = {}
     for k, per in own.items():
         if math.isfinite(per):

@@ -31,7 +31,21 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["StepSeries"]
+__all__ = ["StepSeries", "default_period"]
+
+
+def default_period(times: Sequence[float] | npt.ArrayLike, origin: float | None = None) -> float:
+    """The wrap-around period of a series changing at ``times`` when none is given.
+
+    The last change minus the origin (``min(0, first change)`` by default) plus the median
+    gap between changes, so the last value holds for one typical step; a single change
+    means a constant series (infinite period).
+    """
+    t = np.sort(np.asarray(times, dtype=np.float64).ravel())
+    if t.size <= 1:
+        return math.inf
+    o = float(min(0.0, t[0]) if origin is None else origin)
+    return float(t[-1] - o) + float(np.median(np.diff(t)))
 
 
 class StepSeries:
@@ -94,10 +108,7 @@ class StepSeries:
             raise ValueError(f"origin {self.origin} is after the first change {t[0]}")
         span = float(t[-1] - self.origin)
         if period is None:
-            if t.size == 1:
-                period = math.inf
-            else:
-                period = span + float(np.median(np.diff(t)))
+            period = default_period(t, self.origin)
         if not period > span:
             raise ValueError(f"period {period} must exceed the last change offset {span}")
         self.period = float(period)

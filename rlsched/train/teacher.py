@@ -81,9 +81,10 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     # At-risk jobs first, least slack first (earliest-deadline style); then SJF, oldest first on ties.
     ranked = sorted(range(len(runs)), key=lambda i: (
         (0, slack(i), runs[i].job.submit_time) if risky[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
-    # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so the second
-    # pass only runs when the mask forbids waiting for a job that fits only on-demand - never, since
-    # codec v6 - and is kept for masks that do.
+    # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so a first pass
+    # that places nothing means only held on-demand capacity fits. Relaxed jobs then wait for spot -
+    # unless waiting is masked because nothing runs or provisions (it could strand the queue): the
+    # second pass fills on-demand then.
     # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
     risky_order = sorted(order, key=lambda p: pools[p].spec.kind is PoolKind.SPOT)
     for strict in (True, False):
