@@ -6,7 +6,11 @@ A model folder (``models/<name>/``) holds:
   plus the constructor arguments needed to rebuild it;
 * ``codec.json`` - the observation codec's parameters and signature;
 * ``card.json`` / ``MODEL_CARD.md`` - the model card (training data, steps, seed,
-  wall time, metrics against every heuristic, MLflow run id).
+  wall time, metrics against every heuristic, MLflow run id);
+* ``forecaster.json`` (optional) - the demand forecaster it was trained with;
+* ``deadline_guard.json`` (optional) - the :class:`~rlsched.policies.deadline_guard.DeadlineGuard`
+  it was trained with; :class:`PpoScheduler` runs it before the network at every
+  decision point, as the training environment did.
 
 Serving uses neither SB3's ``predict`` nor torch: the weights are exported
 once, when the model is built, to :class:`~rlsched.policies.ppo_numpy.NumpySlotScorer`,
@@ -33,6 +37,7 @@ from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.envs.codec import ObservationCodec
 from rlsched.errors import RlschedError
+from rlsched.policies.deadline_guard import DeadlineGuard
 from rlsched.policies.ppo_numpy import NumpySlotScorer
 
 POLICY_FILE = "policy.pt"
@@ -40,6 +45,8 @@ CODEC_FILE = "codec.json"
 CARD_FILE = "card.json"
 #: Optional: the demand forecaster the model was trained with (see :func:`load_model_forecast`).
 FORECASTER_FILE = "forecaster.json"
+#: Optional: the deadline guard's parameters (see :meth:`PolicyModel.new_guard`).
+GUARD_FILE = "deadline_guard.json"
 
 
 class ModelError(RlschedError):
@@ -69,6 +76,12 @@ class PolicyModel:
         self.numpy_net: NumpySlotScorer | None = _numpy_mirror(net)
         #: the demand forecaster it was trained with, if its folder has one (set by load_policy_ref).
         self.forecast: ModelForecast | None = None
+        #: the deadline guard's constructor arguments, if it was trained with one (set by :meth:`load`).
+        self.guard_params: dict[str, Any] | None = None
+
+    def new_guard(self) -> DeadlineGuard | None:
+        """A fresh deadline guard like the one the model was trained with (None: it had none)."""
+        return DeadlineGuard(**self.guard_params) if self.guard_params is not None else None
 
     def new_codec(self) -> ObservationCodec:
         """A codec like the one the model was trained with (checked against the signature)."""
@@ -105,8 +118,9 @@ class PolicyModel:
 
     # ------------------------------------------------------------------ persistence
     @staticmethod
-    def save(folder: Path | str, net: Any, codec: ObservationCodec, card: dict[str, Any] | None = None) -> Path:
-        """Write a model folder (weights, codec, card)."""
+    def save(folder: Path | str, net: Any, codec: ObservationCodec, card: dict[str, Any] | None = None,
+             guard: dict[str, Any] | None = None) -> Path:
+        """Write a model folder (weights, codec, card, and the deadline guard's parameters if any)."""
         import torch
 
         folder = Path(folder)
@@ -121,6 +135,11 @@ class PolicyModel:
              "layouts": codec.layouts, "describe": codec.describe()}, indent=2, default=str) + "\n")
         if card is not None:
             (folder / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
+        guard_path = folder / GUARD_FILE
+        if guard is not None:
+            guard_path.write_text(json.dumps(guard, indent=2) + "\n")
+        elif guard_path.exists():
+            guard_path.unlink()  # a model trained without a guard must not be served with an old one
         return folder
 
     @classmethod
@@ -161,7 +180,15 @@ class PolicyModel:
                 card = json.loads(card_path.read_text())
             except ValueError as exc:
                 raise ModelError(f"{card_path}: corrupted ({exc})") from None
-        return cls(net, params, signature, card)
+        model = cls(net, params, signature, card)
+        guard_path = folder / GUARD_FILE
+        if guard_path.exists():
+            try:
+                model.guard_params = dict(json.loads(guard_path.read_text()))
+                model.new_guard()
+            except (ValueError, TypeError) as exc:
+                raise ModelError(f"{guard_path}: corrupted ({exc})") from None
+        return model
 
 
 def _numpy_mirror(net: Any) -> NumpySlotScorer | None:
@@ -191,24 +218,32 @@ def load_policy_ref(ref: str) -> PolicyModel:
 class PpoScheduler:
     """A trained policy driving the simulator or the runtime like any heuristic.
 
-    At each decision point it encodes the state, takes the greedy legal action,
-    yields its decision, and repeats until the policy chooses to wait (or only
-    waiting is legal, or ``max_actions`` decisions were made at this point) - the
-    same loop the environment presents during training.
+    At each decision point it first lets the model's deadline guard (if it was
+    trained with one) serve urgent deadline jobs, then encodes the state, takes the
+    greedy legal action, yields its decision, and repeats until the policy chooses
+    to wait (or only waiting is legal, or ``max_actions`` decisions were made at this
+    point) - the same loop the environment presents during training.
+    ``use_guard=False`` serves the network alone (for measuring what the guard adds).
     """
 
-    def __init__(self, model: PolicyModel, name: str = "ppo", max_actions: int = 256) -> None:
+    def __init__(self, model: PolicyModel, name: str = "ppo", max_actions: int = 256,
+                 use_guard: bool = True) -> None:
         self.model = model
         self.name = name
         self.max_actions = max_actions
+        self.guard = model.new_guard() if use_guard else None
         self.codec = model.new_codec()
         self._arrived = 0
 
     def reset(self, state: ClusterState) -> None:
         self.codec = self.model.new_codec()
         self._arrived = 0
+        if self.guard is not None:
+            self.guard.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
+        if self.guard is not None:
+            yield from self.guard.decide(state)
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: self.model.act(codec.encode(state), mask),
                                         self.max_actions)

@@ -31,6 +31,8 @@ An experiment names what to train on and how (keys not listed are errors with a
     checkpoint_every_steps: 25000
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
     forecast: {model: smoothed-seasonal, horizon_s: 3600}   # demand forecaster (model: none = off)
+    deadline_guard: {margin_frac: 0.25} # optional: urgent deadline jobs go to safe capacity first
+                                        # (training and serving alike; see rlsched.policies.deadline_guard)
     output: ../models/default           # model folder written at the end
 
 Relative paths are relative to the experiment file.
@@ -137,6 +139,26 @@ class ForecastParams:
         return {k: getattr(self, k) for k in SMOOTHED_SEASONAL_KEYS}
 
 
+@dataclass(frozen=True)
+class GuardParams:
+    """The deadline guard trained and served with the policy (:mod:`rlsched.policies.deadline_guard`).
+
+    Absent from an experiment: no guard. Present: the guard runs at every decision
+    point of every training episode, teacher rollout and evaluation, before the policy
+    acts, and is saved with the model (``deadline_guard.json``) so that serving runs it
+    too - a guard the policy never trained with would change the states it sees.
+    """
+
+    margin_frac: float = 0.25
+    min_margin_s: float = 300.0
+    restart_overhead_s: float = 60.0
+    spot_last_resort: bool = True
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of :class:`~rlsched.policies.deadline_guard.DeadlineGuard`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 SMOOTHED_SEASONAL_KEYS = ("origin_epoch_s", "season", "tau_s", "prior_weight", "class_prior_weight",
                           "level_floor", "level_ceiling", "shrink_hours")
 
@@ -163,6 +185,7 @@ class Experiment:
     checkpoint_every_steps: int = 25_000
     mlflow: MlflowParams = field(default_factory=MlflowParams)
     forecast: ForecastParams = field(default_factory=ForecastParams)
+    deadline_guard: GuardParams | None = None
     output: str = ""
     source: str = ""
 
@@ -280,6 +303,19 @@ def _forecast(d: Any) -> ForecastParams:
     return fp
 
 
+def _guard(d: Any) -> GuardParams | None:
+    if d is None:
+        return None
+    gp: GuardParams = _sub("deadline_guard", d, GuardParams)
+    from rlsched.policies.deadline_guard import DeadlineGuard
+
+    try:
+        DeadlineGuard(**gp.params())
+    except (TypeError, ValueError) as exc:
+        raise ExperimentError(f"deadline_guard: {exc}") from None
+    return gp
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
     path = Path(path)
@@ -329,7 +365,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
-        output=out, source=str(path),
+        deadline_guard=_guard(data.get("deadline_guard")), output=out, source=str(path),
     )
     from rlsched.train.teacher import TEACHERS
 

@@ -57,7 +57,11 @@ def _git_commit() -> str:
 
 def _env_kwargs(exp: Experiment) -> dict[str, Any]:
     return {"window": exp.window, "max_pools": exp.max_pools, "episode_jobs": exp.episode_jobs,
-            "reward_weights": exp.reward or None, "max_steps": 20_000}
+            "reward_weights": exp.reward or None, "max_steps": 20_000, "deadline_guard": _guard_params(exp)}
+
+
+def _guard_params(exp: Experiment) -> dict[str, Any] | None:
+    return exp.deadline_guard.params() if exp.deadline_guard is not None else None
 
 
 def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
@@ -440,8 +444,10 @@ def train(
             from rlsched.envs.codec import ObservationCodec
 
             c = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
-            return PpoScheduler(PolicyModel(net, {"window": c.window, "max_pools": c.max_pools,
-                                                  "layouts": c.layouts}, c.signature(), {}))
+            pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts},
+                             c.signature(), {})
+            pm.guard_params = _guard_params(exp)
+            return PpoScheduler(pm)
 
         def periodic_eval(step: int) -> None:
             res = evaluate(eval_worlds[:2], current_policy, heuristics=["weighted-priority"])
@@ -472,7 +478,8 @@ def train(
             from rlsched.train.teacher import TeacherScheduler
 
             # the row PPO was cloned from: did training improve on imitation?
-            extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools))
+            extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools,
+                                                  guard=_guard_params(exp)))
         ev = evaluate(eval_worlds, current_policy, bound=True, extra=extra)
         ho = evaluate(holdout_worlds, current_policy, bound=True, extra=extra) if holdout_worlds else None
         table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
@@ -526,10 +533,11 @@ def train(
             "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
             "command": f"rlsched train {exp.source}",
             "forecast": forecast_card,
+            "deadline_guard": _guard_params(exp),
         }
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
-        PolicyModel.save(out, net, codec, card)
+        PolicyModel.save(out, net, codec, card, guard=_guard_params(exp))
         stale = out / FORECASTER_FILE
         if fitted:
             save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)

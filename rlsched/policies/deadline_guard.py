@@ -1,0 +1,224 @@
+"""A deadline guard: serve a job on safe capacity before its deadline becomes unreachable.
+
+A cost-minded policy (the learned spot policy above all) saves money by letting jobs
+wait for spot. Most of the time that is right; it goes wrong for a job whose slack runs
+out while it waits, because on-demand capacity bought at that moment arrives one
+provisioning delay later. Measured on the spot experiment's evaluation windows
+(codec v6): almost every deadline the learned policy missed was a short job (1-5 min)
+with about an hour of slack that queued 1-2.5 h, most of them finally placed on
+on-demand bought too late. The guard is the serving-time shield against exactly that:
+at each decision point, before the policy acts, every queued deadline job whose
+*latest safe start* has come is placed on on-prem or ready on-demand capacity, and
+on-demand is bought for those that fit nowhere.
+
+**When a job is urgent.** With ``remaining`` the work left (the duration estimate,
+doubled until it exceeds the progress made, as Uniform Progress does) and ``d`` the
+provisioning delay of the quickest on-demand pool that fits it, a queued job is urgent
+once::
+
+    deadline - now <= min(remaining, allowance) + d + restart_overhead + margin
+
+where ``allowance = deadline - submit``. Capping the estimate at the allowance matters:
+the estimator learns per (user, request shape), and a user's long jobs make a short
+job's estimate exceed its whole deadline allowance, which would make it urgent on
+arrival (an on-demand purchase for every short job). A deadline is the user's own
+statement that the job fits in it, so the cap is the job's best-informed bound. The
+``margin`` (default: a quarter of the allowance, at least ``min_margin_s``) absorbs
+estimation error; it is a fraction of the allowance because the estimate's error
+grows with the job.
+
+**What it does.** Urgent jobs are served least slack first: on-prem first, then
+on-demand capacity that is ready now (best fit by the same first-fit-per-tier rule as
+the hybrid baselines); a job that fits neither gets on-demand nodes bought for it (GPUs
+already provisioning in that pool count against the need). Spot is never chosen for an
+urgent job: a reclaim near the deadline is what the guard exists to prevent. Urgent
+jobs are not preempted or migrated once running. The guard asks to be woken when the
+next queued job turns urgent, so it acts on time even when nothing else happens.
+
+It changes nothing for jobs without a deadline, nothing while every deadline has
+room, and nothing on clusters without on-prem or on-demand capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rlsched.cluster.checkpoint import progress_now
+from rlsched.cluster.decisions import Decision, Place, Scale, WakeAt
+from rlsched.cluster.feasibility import fits_pool_spec
+from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, estimate_key
+from rlsched.policies.autoscale import headroom, provisioning_gpus
+from rlsched.policies.spot import place_in_tiers
+
+__all__ = ["DeadlineGuard", "Urgency"]
+
+#: A wake-up lands this long after the moment it waits for, so the job is urgent when looked at.
+_WAKE_AFTER_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Urgency:
+    """How close one queued deadline job is to its latest safe start.
+
+    Attributes:
+        run: the job.
+        time_left: deadline - now.
+        need: the time it must be given: capped remaining work + provisioning delay +
+            restart overhead + margin.
+    """
+
+    run: JobRun
+    time_left: float
+    need: float
+
+    @property
+    def slack(self) -> float:
+        """Seconds until the job becomes urgent (<= 0: it is)."""
+        return self.time_left - self.need
+
+
+class DeadlineGuard:
+    """Places urgent deadline jobs on safe capacity ahead of another scheduler's decisions.
+
+    Args:
+        margin_frac: the safety margin as a fraction of each job's deadline allowance.
+        min_margin_s: the smallest margin (seconds).
+        restart_overhead_s: seconds of work a (re)start repeats (the engine's default belief).
+        max_step: nodes bought per pool per decision point.
+    """
+
+    def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
+                 max_step: int = 8, spot_last_resort: bool = True) -> None:
+        if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:
+            raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0, max_step >= 1")
+        self.margin_frac = margin_frac
+        self.min_margin_s = min_margin_s
+        self.restart_overhead_s = restart_overhead_s
+        self.max_step = max_step
+        self.spot_last_resort = spot_last_resort
+        self._wake_pending = -math.inf
+
+    def reset(self, state: ClusterState) -> None:
+        self._wake_pending = -math.inf
+
+    # ------------------------------------------------------------------ the rule
+    def urgency(self, state: ClusterState, run: JobRun, *, estimate: float | None = None,
+                delay: float | None = None) -> Urgency | None:
+        """Where ``run`` stands (None: no deadline, or no safe capacity could ever take it).
+
+        ``estimate`` and ``delay`` (the job's duration estimate and its quickest safe
+        pool's provisioning delay) may be passed in when the caller has them memoised.
+        """
+        job = run.job
+        dl = job.deadline
+        if dl is None:
+            return None
+        if delay is None:
+            delay = self.safe_delay(state, run)
+            if delay is None:
+                return None
+        allowance = max(dl - job.submit_time, 0.0)
+        progress = progress_now(run, state.time)
+        work = max(state.estimator.estimate(job) if estimate is None else estimate, 1.0)
+        while work <= progress:
+            work *= 2.0
+        remaining = min(work - progress, max(allowance - progress, 0.0))
+        margin = max(self.margin_frac * allowance, self.min_margin_s)
+        return Urgency(run, dl - state.time, remaining + delay + self.restart_overhead_s + margin)
+
+    @staticmethod
+    def safe_delay(state: ClusterState, run: JobRun) -> float | None:
+        """Provisioning delay of the quickest on-prem/on-demand pool that fits ``run`` (None: none fits)."""
+        delays = [p.spec.provision_delay_s for p in state.pools.values()
+                  if p.spec.kind is not PoolKind.SPOT and fits_pool_spec(run.job, p.spec)]
+        return min(delays) if delays else None
+
+    def urgent(self, state: ClusterState) -> tuple[list[Urgency], float]:
+        """Queued urgent jobs (least slack first) and when the next one turns urgent (inf: never).
+
+        Estimates depend only on (user, request shape) and delays only on the request
+        shape, so both are memoised for the scan: it runs at every decision point over
+        the whole queue.
+        """
+        due: list[Urgency] = []
+        nxt = math.inf
+        estimates: dict[tuple[str, int, int], float] = {}
+        delays: dict[tuple[object, ...], float | None] = {}
+        estimator = state.estimator
+        for run in state.queue.values():
+            job = run.job
+            if job.deadline is None:
+                continue
+            shape = run.shape
+            if shape in delays:
+                delay = delays[shape]
+            else:
+                delay = delays[shape] = self.safe_delay(state, run)
+            if delay is None:
+                continue
+            if estimator.oracle:
+                est = estimator.estimate(job)
+            else:
+                key = estimate_key(job)
+                got = estimates.get(key)
+                est = got if got is not None else estimates.setdefault(key, estimator.estimate(job))
+            u = self.urgency(state, run, estimate=est, delay=delay)
+            if u is None:
+                continue
+            if u.slack <= 0:
+                due.append(u)
+            else:
+                nxt = min(nxt, state.time + u.slack)
+        due.sort(key=lambda u: (u.slack, u.run.job.submit_time))
+        return due, nxt
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        """Place or buy for every urgent job; the caller applies each decision as it is yielded."""
+        if not state.queue:
+            return
+        due, nxt = self.urgent(state)
+        demand: dict[str, float] = {}
+        for u in due:
+            run = u.run
+            if run.job.job_id not in state.queue:
+                continue
+            target = place_in_tiers(state, run, [[PoolKind.ONPREM], [PoolKind.ONDEMAND]])
+            if target is not None:
+                yield Place(run.job.job_id, target)
+                continue
+            pool = self._ondemand_pool(state, run)
+            if pool is not None:
+                demand[pool.name] = demand.get(pool.name, 0.0) + run.job.gpu_demand
+            elif self.spot_last_resort and run.job.preemptible:
+                target = place_in_tiers(state, run, [[PoolKind.SPOT]])
+                if target is not None:
+                    yield Place(run.job.job_id, target)
+        for name, gpus in demand.items():
+            pool = state.pools[name]
+            need = gpus - provisioning_gpus(pool)
+            nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
+            if nodes > 0:
+                yield Scale(name, nodes)
+        wake = nxt + _WAKE_AFTER_S
+        if wake < math.inf and not (state.time < self._wake_pending <= wake):
+            self._wake_pending = wake
+            yield WakeAt(wake)
+
+    @staticmethod
+    def _ondemand_pool(state: ClusterState, run: JobRun) -> Pool | None:
+        """The cheapest on-demand pool that fits ``run`` and may still grow (quickest on ties)."""
+        best: Pool | None = None
+        key = (math.inf, math.inf)
+        for pool in state.pools.values():
+            if pool.spec.kind is not PoolKind.ONDEMAND or not fits_pool_spec(run.job, pool.spec):
+                continue
+            if headroom(state, pool) <= 0 and provisioning_gpus(pool) <= 0:
+                continue
+            q = state.quotes.get(pool.name)
+            k = (q.price_per_gpu_hour if q else 0.0, pool.spec.provision_delay_s)
+            if k < key:
+                best, key = pool, k
+        return best
