@@ -609,6 +609,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
+        *([f"- deadline guard: {card['deadline_guard']} (runs before the network at every decision point, "
+           "in training and serving; `deadline_guard.json`)"] if card.get("deadline_guard") else []),
         "",
         f"On the evaluation windows the policy's mean JCT is {rel.get('jct_vs_weighted_priority', float('nan')):.3f}x "
         f"weighted-priority's at {rel.get('cost_vs_weighted_priority', float('nan')):.3f}x its cost.",

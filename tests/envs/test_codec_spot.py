@@ -64,3 +64,31 @@ def test_waiting_is_legal_while_only_on_demand_capacity_fits(spot_nodes: int, wa
     assert mask[0 * 2 + 1]  # place j in the on-demand pool
     assert bool(mask[0 * 2 + 0]) is bool(spot_nodes)  # ... or in the spot pool, when it holds a node
     assert bool(mask[codec.wait_action]) is wait_legal
+
+
+def test_the_environment_runs_the_deadline_guard_before_the_agent() -> None:
+    # No spot is sold and the agent always waits when it may: alone, the deadline job is only
+    # placed when waiting is masked (nothing runs or provisions) - on the on-demand node the agent
+    # must buy. With the guard the guard buys it at the job's latest safe start (1900 + 1 s, see
+    # tests/policies/test_deadline_guard.py) and the job meets its deadline, the agent never acting.
+    from rlsched.envs import GpuPoolEnv
+    from rlsched.scenario import Scenario
+
+    pools = [pool("spot", kind=PoolKind.SPOT, nodes=1, gpus=1, delay=40.0),
+             pool("od", kind=PoolKind.ONDEMAND, nodes=1, gpus=1, delay=40.0)]
+    jobs = [job("j", 0, 1000, preemptible=True, deadline=4000.0)]
+    sc = Scenario("guarded", pools, jobs, FakeMarket(price=1.0, avail=[(0.0, 0)]),
+                  SimConfig(oracle_durations=True))
+    env = GpuPoolEnv(sc, window=2, max_pools=2, deadline_guard={"margin_frac": 0.25, "min_margin_s": 300.0})
+    env.reset(seed=0)
+    steps = 0
+    done = False
+    while not done:
+        mask = env.action_masks()
+        assert not mask[: env.codec.wait_action].any() or mask[env.codec.wait_action], "agent forced to act"
+        _, _, done, _, info = env.step(env.codec.wait_action)
+        steps += 1
+    run = env.engine.runs["j"]
+    assert run.first_start == pytest.approx(1941.0)
+    assert run.placement is None and run.finish_time == pytest.approx(2941.0)
+    assert info["report"]["deadline_misses"] == 0

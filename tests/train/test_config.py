@@ -58,11 +58,23 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("forecast: {tau_s: -1}\n", "tau_s must be > 0"),
         ("bc: {teacher: srtf}\n", "bc.teacher must be one of weighted-priority, sjf"),
         ("bc: {techer: sjf}\n", "did you mean 'teacher'"),
+        ("deadline_guard: {margin_frac: -0.5}\n", "deadline_guard: margin_frac"),
+        ("deadline_guard: {margin_fraction: 0.5}\n", "did you mean 'margin_frac'"),
+        ("deadline_guard: 0.25\n", "deadline_guard: expected a mapping"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
     with pytest.raises(ExperimentError, match=needle.replace("(", r"\(")):
         load_experiment(write(tmp_path, BASE + extra))
+
+
+def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, BASE)).deadline_guard is None
+    exp = load_experiment(write(tmp_path, BASE + "deadline_guard: {margin_frac: 0.1}\n"))
+    assert exp.deadline_guard is not None
+    assert exp.deadline_guard.params() == {"margin_frac": 0.1, "min_margin_s": 300.0, "restart_overhead_s": 60.0,
+                                           "spot_last_resort": True}
+    assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
 
 
 def test_eval_window_must_not_overlap_training(tmp_path: Path) -> None:

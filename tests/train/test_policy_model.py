@@ -52,6 +52,26 @@ def test_corrupted_and_missing_files(folder: Path, tmp_path: Path) -> None:
         PolicyModel.load(folder)
 
 
+def test_deadline_guard_travels_with_the_model_folder(folder: Path, tmp_path: Path) -> None:
+    assert PolicyModel.load(folder).guard_params is None
+    assert PpoScheduler(PolicyModel.load(folder)).guard is None
+    model = PolicyModel.load(folder)
+    codec = model.new_codec()
+    PolicyModel.save(folder, model.net, codec, guard={"margin_frac": 0.1, "min_margin_s": 60.0})
+    loaded = PolicyModel.load(folder)
+    assert loaded.guard_params == {"margin_frac": 0.1, "min_margin_s": 60.0}
+    sched = PpoScheduler(loaded)
+    assert sched.guard is not None and sched.guard.margin_frac == pytest.approx(0.1)
+    assert PpoScheduler(loaded, use_guard=False).guard is None
+    (folder / "deadline_guard.json").write_text('{"margin_frac": -1}')
+    with pytest.raises(ModelError, match=r"deadline_guard\.json: corrupted"):
+        PolicyModel.load(folder)
+    # saved again without a guard: the stale file goes, so the model is not served with it
+    PolicyModel.save(folder, model.net, codec)
+    assert not (folder / "deadline_guard.json").exists()
+    assert PolicyModel.load(folder).guard_params is None
+
+
 def test_signature_mismatch_is_refused(folder: Path) -> None:
     meta = json.loads((folder / "codec.json").read_text())
     meta["signature"] = "gpupool-codec-v0-deadbeef"

@@ -69,6 +69,10 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert results[0]["policy"] == f"ppo:models:/{model_name}@challenger"
     assert results[0]["refused_decisions"] == 0
     assert json.loads(out.read_text())["forecast"]["fitted_on"] == "bundled-default"  # the model's forecaster ran
+    # the deadline guard it trained with travels with it through the registry
+    assert card["deadline_guard"]["margin_frac"] == 0.25
+    assert "- deadline guard:" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert list((tmp_path / "cache").rglob("deadline_guard.json")), "the registry's copy lost deadline_guard.json"
 
     # --resume continues from the last checkpoint rather than starting over
     ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step-*.zip"))

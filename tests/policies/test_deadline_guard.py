@@ -1,0 +1,211 @@
+"""The deadline guard on constructed clusters whose right answer is known by hand.
+
+The numbers: a 1-GPU job with W = 1000 s (true durations, so the estimate is W),
+submitted at 0 with deadline 4000 s: allowance 4000, margin max(0.25 x 4000, 300) =
+1000, on-demand delay 40 s, restart overhead 60 s, so it needs 1000 + 40 + 60 + 1000 =
+2100 s and turns urgent at 4000 - 2100 = 1900 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sim.helpers import FakeMarket, job, pool
+
+from rlsched.cluster.decisions import Decision, Place, Scale, WakeAt
+from rlsched.cluster.job import Job
+from rlsched.cluster.model import ClusterState, JobRun, PoolKind, PoolSpec
+from rlsched.policies.deadline_guard import DeadlineGuard
+from rlsched.policies.spot import place_in_tiers
+from rlsched.sim.engine import Engine, SimConfig
+
+URGENT_AT = 1900.0
+
+
+def _hybrid(od_nodes: int = 1, spot_nodes: int = 1, delay: float = 40.0) -> list[PoolSpec]:
+    return [pool("spot", kind=PoolKind.SPOT, nodes=spot_nodes, gpus=1, delay=delay),
+            pool("od", kind=PoolKind.ONDEMAND, nodes=od_nodes, gpus=1, delay=delay)]
+
+
+def _job(jid: str = "j", deadline: float = 4000.0, **kw: object) -> Job:
+    return job(jid, 0, 1000, preemptible=True, deadline=deadline, **kw)
+
+
+def _state(pools: list[PoolSpec], *jobs: Job) -> ClusterState:
+    st = ClusterState(pools)
+    st.estimator.oracle = True
+    for j in jobs:
+        st.enqueue(JobRun(job=j))
+    return st
+
+
+def _decide_applied(guard: DeadlineGuard, st: ClusterState) -> list[Decision]:
+    """Run the guard as the engine does: each placement is applied before the next is computed."""
+    out = []
+    for d in guard.decide(st):
+        out.append(d)
+        if isinstance(d, Place):
+            run = st.queue[d.job_id]
+            st.allocate(run, d.placement)
+            st.dequeue(d.job_id)
+            st.running[d.job_id] = run
+    return out
+
+
+class SpotOnly:
+    """A scheduler that waits for spot forever: places preemptible jobs on ready spot, never buys."""
+
+    name = "spot-only"
+
+    def reset(self, state: ClusterState) -> None:
+        return None
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        for run in list(state.queue.values()):
+            target = place_in_tiers(state, run, [[PoolKind.SPOT]])
+            if target is not None:
+                yield Place(run.job.job_id, target)
+
+
+class Guarded:
+    """``inner`` with a deadline guard in front (what PpoScheduler does with a model's guard)."""
+
+    def __init__(self, inner: SpotOnly, guard: DeadlineGuard) -> None:
+        self.inner, self.guard = inner, guard
+        self.name = f"guarded-{inner.name}"
+        self.log: list[tuple[float, Decision]] = []
+
+    def reset(self, state: ClusterState) -> None:
+        self.guard.reset(state)
+        self.inner.reset(state)
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        for d in self.guard.decide(state):
+            self.log.append((state.time, d))
+            yield d
+        yield from self.inner.decide(state)
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_urgency_by_hand() -> None:
+    st = _state(_hybrid(), _job())
+    u = DeadlineGuard().urgency(st, st.queue["j"])
+    assert u is not None
+    assert u.need == pytest.approx(2100.0)
+    assert u.slack == pytest.approx(4000.0 - 2100.0)
+    st.time = URGENT_AT
+    assert DeadlineGuard().urgency(st, st.queue["j"]).slack == pytest.approx(0.0)  # type: ignore[union-attr]
+
+
+def test_small_allowances_get_the_minimum_margin() -> None:
+    # allowance 1200: 0.25 x 1200 = 300 = the floor; with a 600 s floor the floor wins
+    st = _state(_hybrid(), _job(deadline=1200.0))
+    assert DeadlineGuard().urgency(st, st.queue["j"]).need == pytest.approx(1000 + 40 + 60 + 300)  # type: ignore[union-attr]
+    assert DeadlineGuard(min_margin_s=600).urgency(st, st.queue["j"]).need == pytest.approx(1700)  # type: ignore[union-attr]
+
+
+def test_remaining_work_counts_progress_and_is_capped_at_the_allowance() -> None:
+    st = _state(_hybrid(), _job())
+    run = st.queue["j"]
+    run.work_done = 400.0  # requeued after 400 s of kept work
+    assert DeadlineGuard().urgency(st, run).need == pytest.approx(600 + 40 + 60 + 1000)  # type: ignore[union-attr]
+    # believed longer than the whole allowance: remaining capped at allowance - progress
+    st2 = _state(_hybrid(), job("long", 0, 9000, preemptible=True, deadline=4000.0))
+    assert DeadlineGuard().urgency(st2, st2.queue["long"]).need == pytest.approx(4000 + 40 + 60 + 1000)  # type: ignore[union-attr]
+
+
+def test_jobs_without_deadline_or_safe_capacity_are_ignored() -> None:
+    spot_only = [pool("spot", kind=PoolKind.SPOT, nodes=1, gpus=1)]
+    st = _state(spot_only, _job())
+    assert DeadlineGuard().urgency(st, st.queue["j"]) is None
+    st2 = _state(_hybrid(), job("free", 0, 1000, preemptible=True))
+    assert DeadlineGuard().urgency(st2, st2.queue["free"]) is None
+    assert list(DeadlineGuard().decide(st2)) == []
+
+
+def test_before_the_latest_safe_start_it_only_asks_to_be_woken() -> None:
+    st = _state(_hybrid(), _job())
+    got = list(DeadlineGuard().decide(st))
+    assert got == [WakeAt(URGENT_AT + 1.0)]
+
+
+def test_urgent_jobs_go_least_slack_first_to_ready_ondemand() -> None:
+    pools = _hybrid(od_nodes=2)
+    st = _state(pools, _job("late", deadline=3000.0), _job("later", deadline=3500.0))
+    for _ in range(2):
+        st.add_node("od", 0.0, 0.0)
+    st.time = 2500.0  # both urgent (late at 900 + 1000 x ..., later at 1375 + ...)
+    guard = DeadlineGuard()
+    due, _ = guard.urgent(st)
+    assert [u.run.job.job_id for u in due] == ["late", "later"]
+    placed = [d for d in _decide_applied(guard, st) if isinstance(d, Place)]
+    assert [(d.job_id, d.placement.pool) for d in placed] == [("late", "od"), ("later", "od")]
+
+
+def test_urgent_job_without_ready_capacity_buys_ondemand_once() -> None:
+    st = _state(_hybrid(od_nodes=4), _job("a"), _job("b"))
+    st.time = 2500.0
+    guard = DeadlineGuard()
+    assert [d for d in guard.decide(st) if isinstance(d, Scale)] == [Scale("od", 2)]
+    for _ in range(2):
+        st.add_node("od", st.time, st.time + 40.0)  # what the engine does with that Scale
+    assert [d for d in guard.decide(st) if isinstance(d, Scale)] == []  # provisioning covers both
+
+
+def test_spot_is_the_last_resort_only_when_no_ondemand_can_come() -> None:
+    st = _state(_hybrid(od_nodes=1), _job("a"), _job("b"))
+    st.add_node("od", 0.0, 0.0)
+    st.add_node("spot", 0.0, 0.0)
+    st.time = 2500.0
+    decisions = _decide_applied(DeadlineGuard(), st)
+    places = {d.job_id: d.placement.pool for d in decisions if isinstance(d, Place)}
+    assert places == {"a": "od", "b": "spot"}  # od full and at its maximum: b takes ready spot
+    st2 = _state(_hybrid(od_nodes=1), _job("a"), _job("b"))
+    st2.add_node("od", 0.0, 0.0)
+    st2.add_node("spot", 0.0, 0.0)
+    st2.time = 2500.0
+    places2 = {d.job_id for d in _decide_applied(DeadlineGuard(spot_last_resort=False), st2) if isinstance(d, Place)}
+    assert places2 == {"a"}
+
+
+def test_bad_parameters_are_refused() -> None:
+    for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"max_step": 0}):
+        with pytest.raises(ValueError):
+            DeadlineGuard(**kw)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_a_scheduler_that_waits_for_spot_that_never_comes_meets_the_deadline_with_the_guard() -> None:
+    """No spot is sold. Alone, the spot-only scheduler strands the job; guarded, the job is
+    bought an on-demand node at 1901 (the wake-up after 1900), placed when it is ready at
+    1941 and finishes at 2941 <= 4000."""
+    market = FakeMarket(price=1.0, avail=[(0.0, 0)])
+    alone = Engine(_hybrid(), [_job()], market, SimConfig(oracle_durations=True))
+    r_alone = alone.run(SpotOnly())
+    assert r_alone.jobs_completed == 0 and r_alone.deadline_misses == 1
+
+    guarded = Guarded(SpotOnly(), DeadlineGuard())
+    e = Engine(_hybrid(), [_job()], FakeMarket(price=1.0, avail=[(0.0, 0)]), SimConfig(oracle_durations=True))
+    r = e.run(guarded)
+    assert r.jobs_completed == 1 and r.deadline_misses == 0
+    acts = [(t, d) for t, d in guarded.log if not isinstance(d, WakeAt)]
+    assert acts[0] == (pytest.approx(URGENT_AT + 1.0), Scale("od", 1))
+    assert acts[1][0] == pytest.approx(URGENT_AT + 41.0) and isinstance(acts[1][1], Place)
+    assert acts[1][1].placement.pool == "od"
+    assert e.runs["j"].finish_time == pytest.approx(URGENT_AT + 41.0 + 1000.0)
+
+
+def test_with_spot_on_sale_the_guard_changes_nothing() -> None:
+    """Spot is there at once: the job runs on spot from 0 and is never urgent."""
+    guarded = Guarded(SpotOnly(), DeadlineGuard())
+    pools = [pool("spot", kind=PoolKind.SPOT, nodes=1, lo=1, gpus=1),
+             pool("od", kind=PoolKind.ONDEMAND, nodes=1, gpus=1)]
+    e = Engine(pools, [_job()], FakeMarket(price=1.0), SimConfig(oracle_durations=True))
+    r = e.run(guarded)
+    assert r.jobs_completed == 1 and r.cost_ondemand_usd == 0.0
+    assert [d for _, d in guarded.log if not isinstance(d, WakeAt)] == []
