@@ -62,18 +62,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-windows", type=int, default=0, help="replay only the first N windows (0 = all)")
     args = ap.parse_args(argv)
 
+    from rlsched.errors import RlschedError
     from rlsched.policies.ppo import PpoScheduler, load_policy_ref
     from rlsched.train.config import load_experiment
     from rlsched.train.evaluate import run_world
     from rlsched.train.forecasting import attach, fit_forecasters
     from rlsched.train.worlds import evaluation_worlds
 
-    exp = load_experiment(args.experiment)
-    model = load_policy_ref(args.model)
-    if model.guard_params is None:
-        print(f"{args.model}: the model has no deadline guard (deadline_guard.json)", file=sys.stderr)
+    try:
+        exp = load_experiment(args.experiment)
+        model = load_policy_ref(args.model)
+        if model.guard_params is None:
+            print(f"{args.model}: the model has no deadline guard (deadline_guard.json)", file=sys.stderr)
+            return 1
+        worlds = attach(exp, evaluation_worlds(exp.scenarios, exp.eval_max_jobs), fit_forecasters(exp))
+    except RlschedError as exc:  # a missing trace (../shared/data), a bad model folder, ...
+        print(f"error: {exc}", file=sys.stderr)
         return 1
-    worlds = attach(exp, evaluation_worlds(exp.scenarios, exp.eval_max_jobs), fit_forecasters(exp))
     if args.max_windows > 0:
         worlds = worlds[: args.max_windows]
     times: list[float] = []
