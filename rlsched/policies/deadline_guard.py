@@ -54,9 +54,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlsched.cluster.checkpoint import progress_now
-from rlsched.cluster.decisions import Decision, Place, Scale, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.feasibility import fits_pool_spec
-from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, estimate_key
+from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
 from rlsched.policies.autoscale import headroom, provisioning_gpus
 from rlsched.policies.spot import place_in_tiers
 
@@ -73,13 +73,23 @@ class Urgency:
     Attributes:
         run: the job.
         time_left: deadline - now.
-        need: the time it must be given: capped remaining work + provisioning delay +
-            restart overhead + margin.
+        remaining: the work it still needs (estimated, capped at its allowance).
+        delay: provisioning delay of the quickest safe pool that fits it.
+        overhead: the restart overhead a (re)start repeats.
+        margin: the safety margin.
     """
 
     run: JobRun
     time_left: float
-    need: float
+    remaining: float
+    delay: float
+    overhead: float
+    margin: float
+
+    @property
+    def need(self) -> float:
+        """The time it must be given: remaining + delay + overhead + margin."""
+        return self.remaining + self.delay + self.overhead + self.margin
 
     @property
     def slack(self) -> float:
@@ -98,7 +108,7 @@ class DeadlineGuard:
     """
 
     def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
-                 max_step: int = 8, spot_last_resort: bool = True) -> None:
+                 max_step: int = 8, spot_last_resort: bool = True, preempt: bool = False) -> None:
         if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:
             raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0, max_step >= 1")
         self.margin_frac = margin_frac
@@ -106,6 +116,7 @@ class DeadlineGuard:
         self.restart_overhead_s = restart_overhead_s
         self.max_step = max_step
         self.spot_last_resort = spot_last_resort
+        self.preempt = preempt
         self._wake_pending = -math.inf
 
     def reset(self, state: ClusterState) -> None:
@@ -134,7 +145,7 @@ class DeadlineGuard:
             work *= 2.0
         remaining = min(work - progress, max(allowance - progress, 0.0))
         margin = max(self.margin_frac * allowance, self.min_margin_s)
-        return Urgency(run, dl - state.time, remaining + delay + self.restart_overhead_s + margin)
+        return Urgency(run, dl - state.time, remaining, delay, self.restart_overhead_s, margin)
 
     @staticmethod
     def safe_delay(state: ClusterState, run: JobRun) -> float | None:
@@ -200,8 +211,20 @@ class DeadlineGuard:
             pool = self._ondemand_pool(state, run)
             if pool is not None:
                 demand[pool.name] = demand.get(pool.name, 0.0) + run.job.gpu_demand
-            elif self.spot_last_resort and run.job.preemptible:
+                continue
+            if self.spot_last_resort and run.job.preemptible:
                 target = place_in_tiers(state, run, [[PoolKind.SPOT]])
+                if target is not None:
+                    yield Place(run.job.job_id, target)
+                    continue
+            if self.preempt:
+                victim = self.victim(state, u)
+                if victim is None:
+                    continue
+                yield Preempt(victim.job.job_id, checkpoint=True,
+                              reason=f"deadline guard: room for {run.job.job_id}, whose deadline is at risk")
+                tiers = [[PoolKind.ONPREM], [PoolKind.ONDEMAND]] + ([[PoolKind.SPOT]] if run.job.preemptible else [])
+                target = place_in_tiers(state, run, tiers)
                 if target is not None:
                     yield Place(run.job.job_id, target)
         for name, gpus in demand.items():
@@ -214,6 +237,57 @@ class DeadlineGuard:
         if wake < math.inf and not (state.time < self._wake_pending <= wake):
             self._wake_pending = wake
             yield WakeAt(wake)
+
+    def victim(self, state: ClusterState, u: Urgency) -> JobRun | None:
+        """A running job to suspend so that urgent ``u`` can start now, or None.
+
+        Only when nothing else can take ``u`` (no safe capacity ready or coming, no spot).
+        A victim is preemptible, runs on whole GPUs of one node where its GPUs plus the
+        node's free ones hold ``u``'s request, in a pool ``u`` may use, and can afford to
+        wait: after ``u``'s estimated run (plus a restart) it would still not be urgent
+        itself - so the guard never trades one miss for another by its own estimates,
+        and a victim cannot turn around and preempt ``u``. ``u`` itself must still be
+        able to finish by its deadline if started now (by the same estimates): a job the
+        estimates call hopeless is not worth another job's restart. Among victims: safe
+        capacity before spot, fewest GPUs, then most slack. The suspension is graceful (a
+        checkpoint first), so the victim loses no work, only a restart overhead.
+        """
+        job = u.run.job
+        if job.fractional:
+            return None
+        hold = u.remaining + u.overhead  # how long it would keep the victim waiting
+        if u.time_left < hold:
+            return None
+        best: JobRun | None = None
+        best_key: tuple[float, ...] | None = None
+        for other in state.running.values():
+            ojob = other.job
+            pl = other.placement
+            if not ojob.preemptible or pl is None or pl.slice_start is not None or ojob.fractional:
+                continue
+            nodes = {node_id for node_id, _ in pl.gpus}
+            if len(nodes) != 1:
+                continue
+            pool = state.pools[pl.pool]
+            spec = pool.spec
+            if spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
+                continue
+            if spec.kind is PoolKind.SPOT and not job.preemptible:
+                continue
+            node = state.nodes[next(iter(nodes))]
+            if len(pl.gpus) + node.free_whole < job.num_gpus:
+                continue
+            if ojob.deadline is not None:
+                ov = self.urgency(state, other)
+                if ov is None or ov.slack - hold - self.restart_overhead_s < 0:
+                    continue
+                slack = ov.slack
+            else:
+                slack = math.inf
+            key = (1.0 if spec.kind is PoolKind.SPOT else 0.0, float(len(pl.gpus)), -slack)
+            if best_key is None or key < best_key:
+                best, best_key = other, key
+        return best
 
     @staticmethod
     def _ondemand_pool(state: ClusterState, run: JobRun) -> Pool | None:

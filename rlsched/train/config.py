@@ -153,6 +153,7 @@ class GuardParams:
     min_margin_s: float = 300.0
     restart_overhead_s: float = 60.0
     spot_last_resort: bool = True
+    preempt: bool = False
 
     def params(self) -> dict[str, Any]:
         """Constructor arguments of :class:`~rlsched.policies.deadline_guard.DeadlineGuard`."""

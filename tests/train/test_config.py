@@ -73,7 +73,7 @@ def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path, BASE + "deadline_guard: {margin_frac: 0.1}\n"))
     assert exp.deadline_guard is not None
     assert exp.deadline_guard.params() == {"margin_frac": 0.1, "min_margin_s": 300.0, "restart_overhead_s": 60.0,
-                                           "spot_last_resort": True}
+                                           "spot_last_resort": True, "preempt": False}
     assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
 
 
