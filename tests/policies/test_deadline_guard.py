@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from sim.helpers import FakeMarket, job, pool
 
-from rlsched.cluster.decisions import Decision, Place, Scale, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, JobRun, PoolKind, PoolSpec
 from rlsched.policies.deadline_guard import DeadlineGuard
@@ -209,3 +209,96 @@ def test_with_spot_on_sale_the_guard_changes_nothing() -> None:
     r = e.run(guarded)
     assert r.jobs_completed == 1 and r.cost_ondemand_usd == 0.0
     assert [d for _, d in guarded.log if not isinstance(d, WakeAt)] == []
+
+
+# --------------------------------------------------------------------------- preemption (preempt=True)
+
+
+def _fifo_guarded(guard: DeadlineGuard) -> Guarded:
+    """A FIFO placer (any pool, first fit) behind the guard."""
+
+    class Fifo(SpotOnly):
+        name = "fifo"
+
+        def decide(self, state: ClusterState) -> Iterator[Decision]:
+            for run in list(state.queue.values()):
+                target = place_in_tiers(state, run, [[PoolKind.ONPREM], [PoolKind.ONDEMAND], [PoolKind.SPOT]])
+                if target is not None:
+                    yield Place(run.job.job_id, target)
+
+    return Guarded(Fifo(), guard)
+
+
+def _one_held_node() -> list[PoolSpec]:
+    return [pool("od", kind=PoolKind.ONDEMAND, nodes=1, lo=1, gpus=1)]
+
+
+def _replay(jobs: list[Job], guard: DeadlineGuard) -> tuple[Engine, Guarded]:
+    g = _fifo_guarded(guard)
+    e = Engine(_one_held_node(), jobs, FakeMarket(price=1.0), SimConfig(oracle_durations=True))
+    e.run(g)
+    return e, g
+
+
+def test_preempts_a_job_with_slack_for_an_urgent_one_nothing_else_can_take() -> None:
+    """One on-demand node, held at its maximum, runs v (10,000 s, deadline 100,000) when u
+    (1,000 s, deadline 3,100) arrives at 100. u needs 1000 + 60 + max(0.25 x 3000, 300) = 1,810 s:
+    urgent at 1,290, woken at 1,291. Nothing can be bought, so the guard suspends v (it can
+    afford u's 1,060 s) and u runs 1,291-2,291; v resumes from its checkpoint and finishes at
+    2,291 + 60 (restart) + 8,709 = 11,060, well before its deadline."""
+    jobs = [job("v", 0, 10_000, preemptible=True, deadline=100_000.0),
+            job("u", 100, 1000, preemptible=True, deadline=3100.0)]
+    e, g = _replay(jobs, DeadlineGuard(preempt=True))
+    acts = [(t, type(d).__name__, getattr(d, "job_id", None)) for t, d in g.log if not isinstance(d, WakeAt)]
+    assert acts == [(pytest.approx(1291.0), "Preempt", "v"), (pytest.approx(1291.0), "Place", "u")]
+    assert e.runs["u"].finish_time == pytest.approx(2291.0)
+    assert e.runs["v"].finish_time == pytest.approx(11_060.0)
+    assert e.runs["v"].lost_gpu_seconds == 0.0 and e.runs["v"].restarts == 1
+    r = e.report("t", 0.0)
+    assert r.deadline_misses == 0
+    # without preemption u waits for v and misses
+    e2, _ = _replay(jobs, DeadlineGuard())
+    assert e2.runs["u"].finish_time == pytest.approx(11_000.0)
+    assert e2.report("t", 0.0).deadline_misses == 1
+
+
+def test_never_trades_one_miss_for_another() -> None:
+    """v's own deadline (10,900) leaves it 900 s of slack - less than u's 1,060 s: v is kept."""
+    jobs = [job("v", 0, 10_000, preemptible=True, deadline=10_900.0),
+            job("u", 100, 1000, preemptible=True, deadline=3100.0)]
+    e, g = _replay(jobs, DeadlineGuard(preempt=True))
+    assert not [d for _, d in g.log if isinstance(d, Preempt)]
+    assert e.runs["v"].restarts == 0
+
+
+def test_a_job_the_estimates_call_hopeless_preempts_nobody() -> None:
+    """u (5,000 s) arrives at 100 with deadline 3,100: it cannot finish in time even if started now."""
+    jobs = [job("v", 0, 10_000, preemptible=True, deadline=100_000.0),
+            job("u", 100, 5000, preemptible=True, deadline=3100.0)]
+    _, g = _replay(jobs, DeadlineGuard(preempt=True))
+    assert not [d for _, d in g.log if isinstance(d, Preempt)]
+
+
+def test_victims_that_cannot_make_room_or_may_not_be_stopped_are_skipped() -> None:
+    """A non-preemptible job is never suspended; a 1-GPU victim cannot make room for a 2-GPU job."""
+    jobs = [job("v", 0, 10_000, deadline=100_000.0),  # not preemptible
+            job("u", 100, 1000, preemptible=True, deadline=3100.0)]
+    _, g = _replay(jobs, DeadlineGuard(preempt=True))
+    assert not [d for _, d in g.log if isinstance(d, Preempt)]
+    # a 3-GPU node: "small" (1 GPU, preemptible) and "pinned" (2 GPUs, not preemptible); "big" needs 2
+    st = _state([pool("od", kind=PoolKind.ONDEMAND, nodes=1, gpus=3)],
+                job("big", 0, 1000, 2, preemptible=True, deadline=3000.0))
+    st.add_node("od", 0.0, 0.0)
+    for name, n, pre in (("small", 1, True), ("pinned", 2, False)):
+        r = JobRun(job=job(name, 0, 10_000, n, preemptible=pre))
+        st.enqueue(r)
+        placement = place_in_tiers(st, r, [[PoolKind.ONDEMAND]])
+        assert placement is not None
+        st.allocate(r, placement)
+        st.dequeue(name)
+        st.running[name] = r
+    st.time = 2000.0
+    guard = DeadlineGuard(preempt=True)
+    u = guard.urgency(st, st.queue["big"])
+    assert u is not None and u.slack <= 0
+    assert guard.victim(st, u) is None  # small's 1 GPU + 0 free < 2; pinned may not be stopped
