@@ -134,9 +134,13 @@ class DeadlineGuard:
         self.spot_last_resort = spot_last_resort
         self.preempt = preempt
         self._wake_pending = -math.inf
+        self._memo_key: tuple[int, float, int, int] | None = None
+        self._estimates: dict[tuple[str, int, int], float] = {}
+        self._delays: dict[tuple[object, ...], float | None] = {}
 
     def reset(self, state: ClusterState) -> None:
         self._wake_pending = -math.inf
+        self._memo_key = None
 
     # ------------------------------------------------------------------ the rule
     def urgency(self, state: ClusterState, run: JobRun, *, estimate: float | None = None,
@@ -170,36 +174,43 @@ class DeadlineGuard:
                   if p.spec.kind is not PoolKind.SPOT and fits_pool_spec(run.job, p.spec)]
         return min(delays) if delays else None
 
-    def urgent(self, state: ClusterState) -> tuple[list[Urgency], float]:
-        """Queued urgent jobs (least slack first) and when the next one turns urgent (inf: never).
+    def _memoised(self, state: ClusterState, run: JobRun) -> Urgency | None:
+        """:meth:`urgency` with estimates memoised per (user, request shape) and delays per shape.
 
-        Estimates depend only on (user, request shape) and delays only on the request
-        shape, so both are memoised for the scan: it runs at every decision point over
-        the whole queue.
+        Estimates depend only on (user, request shape) and change only when the
+        estimator learns (its version); delays depend only on the request shape and the
+        pool specs. The memo lives for one decision point (same state, time and
+        estimator version): the scans run over the whole queue, and the victim search
+        over every running job, at every decision point.
         """
+        estimator = state.estimator
+        key = (id(state), state.time, id(estimator), estimator.version)
+        if key != self._memo_key:
+            self._memo_key = key
+            self._estimates = {}
+            self._delays = {}
+        shape = run.shape
+        delay = self._delays[shape] if shape in self._delays else self._delays.setdefault(
+            shape, self.safe_delay(state, run))
+        if delay is None:
+            return None
+        job = run.job
+        if estimator.oracle:
+            est = estimator.estimate(job)
+        else:
+            ek = estimate_key(job)
+            got = self._estimates.get(ek)
+            est = got if got is not None else self._estimates.setdefault(ek, estimator.estimate(job))
+        return self.urgency(state, run, estimate=est, delay=delay)
+
+    def urgent(self, state: ClusterState) -> tuple[list[Urgency], float]:
+        """Queued urgent jobs (least slack first) and when the next one turns urgent (inf: never)."""
         due: list[Urgency] = []
         nxt = math.inf
-        estimates: dict[tuple[str, int, int], float] = {}
-        delays: dict[tuple[object, ...], float | None] = {}
-        estimator = state.estimator
         for run in state.queue.values():
-            job = run.job
-            if job.deadline is None:
+            if run.job.deadline is None:
                 continue
-            shape = run.shape
-            if shape in delays:
-                delay = delays[shape]
-            else:
-                delay = delays[shape] = self.safe_delay(state, run)
-            if delay is None:
-                continue
-            if estimator.oracle:
-                est = estimator.estimate(job)
-            else:
-                key = estimate_key(job)
-                got = estimates.get(key)
-                est = got if got is not None else estimates.setdefault(key, estimator.estimate(job))
-            u = self.urgency(state, run, estimate=est, delay=delay)
+            u = self._memoised(state, run)
             if u is None:
                 continue
             if u.slack <= 0:
@@ -294,7 +305,7 @@ class DeadlineGuard:
             if len(pl.gpus) + node.free_whole < job.num_gpus:
                 continue
             if ojob.deadline is not None:
-                ov = self.urgency(state, other)
+                ov = self._memoised(state, other)
                 if ov is None or ov.slack - hold - self.restart_overhead_s < 0:
                     continue
                 slack = ov.slack
