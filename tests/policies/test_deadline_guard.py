@@ -302,3 +302,16 @@ def test_victims_that_cannot_make_room_or_may_not_be_stopped_are_skipped() -> No
     u = guard.urgency(st, st.queue["big"])
     assert u is not None and u.slack <= 0
     assert guard.victim(st, u) is None  # small's 1 GPU + 0 free < 2; pinned may not be stopped
+
+
+def test_a_hopeless_job_does_not_stop_the_search_for_a_later_one_of_its_shape() -> None:
+    """At 1,291 both h (hopeless: 400 s of allowance left it long ago) and u are urgent, h first
+    (least slack). h would hold a victim 460 s, u 1,060 s; a failed search for h must not be
+    remembered as "no victim for this shape", or u would be skipped and miss."""
+    jobs = [job("v", 0, 10_000, preemptible=True, deadline=100_000.0),
+            job("u", 100, 1000, preemptible=True, deadline=3100.0),
+            job("h", 1000, 500, preemptible=True, deadline=1400.0)]
+    e, g = _replay(jobs, DeadlineGuard(preempt=True))
+    acts = [(t, type(d).__name__, getattr(d, "job_id", None)) for t, d in g.log if not isinstance(d, WakeAt)]
+    assert acts[:2] == [(pytest.approx(1291.0), "Preempt", "v"), (pytest.approx(1291.0), "Place", "u")]
+    assert e.runs["u"].finish_time == pytest.approx(2291.0)
