@@ -127,6 +127,8 @@ class DeadlineGuard:
                  max_step: int = 8, spot_last_resort: bool = True, preempt: bool = False) -> None:
         if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:
             raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0, max_step >= 1")
+        if not isinstance(spot_last_resort, bool) or not isinstance(preempt, bool):
+            raise ValueError("spot_last_resort and preempt must be true or false")
         self.margin_frac = margin_frac
         self.min_margin_s = min_margin_s
         self.restart_overhead_s = restart_overhead_s

@@ -172,7 +172,8 @@ def test_spot_is_the_last_resort_only_when_no_ondemand_can_come() -> None:
 
 
 def test_bad_parameters_are_refused() -> None:
-    for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"max_step": 0}):
+    for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"max_step": 0},
+               {"preempt": "yes"}, {"spot_last_resort": 1}):
         with pytest.raises(ValueError):
             DeadlineGuard(**kw)  # type: ignore[arg-type]
 

@@ -61,6 +61,7 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("deadline_guard: {margin_frac: -0.5}\n", "deadline_guard: margin_frac"),
         ("deadline_guard: {margin_fraction: 0.5}\n", "did you mean 'margin_frac'"),
         ("deadline_guard: 0.25\n", "deadline_guard: expected a mapping"),
+        ("deadline_guard: {preempt: sometimes}\n", "deadline_guard: spot_last_resort and preempt must be true"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
