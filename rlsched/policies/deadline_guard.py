@@ -48,7 +48,9 @@ for another by its own estimates, and a victim cannot preempt its preemptor back
 urgent job the estimates call hopeless (it could not finish even if started now)
 preempts nobody. This is what the remaining misses of the learned spot policy needed:
 short jobs in bursts where every node was busy, on-demand was at its maximum and
-nothing could be bought.
+nothing could be bought. Limitation: one victim frees GPUs on one node, so a gang job
+larger than a node gets no room this way (measured: the only misses of the spot recipe
+across three training seeds were 32-GPU jobs on fragmented H100 pools; BENCHMARKS.md).
 
 It changes nothing for jobs without a deadline, nothing while every deadline has
 room, and nothing on clusters without on-prem or on-demand capacity.
