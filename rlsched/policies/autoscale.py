@@ -51,6 +51,22 @@ def provisioning_gpus(pool: Pool) -> int:
     return sum(len(n.gpus) for n in pool.nodes.values() if n.status is NodeStatus.PROVISIONING)
 
 
+def scale_for_demand(state: ClusterState, demand: dict[str, float], max_step: int) -> Iterator[Scale]:
+    """Scale-ups that cover ``demand`` (GPUs wanted per elastic pool).
+
+    GPUs already provisioning in a pool count against its demand; the rest is bought in
+    whole nodes, within the pool's headroom and ``max_step`` nodes per pool.
+    """
+    for name, gpus in demand.items():
+        pool = state.pools[name]
+        need = gpus - provisioning_gpus(pool)
+        if need <= 0:
+            continue
+        nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), max_step)
+        if nodes > 0:
+            yield Scale(name, nodes)
+
+
 def cheapest_with_headroom(state: ClusterState, pools: list[Pool]) -> Pool | None:
     """The pool with room to grow and the lowest current price per GPU-hour (first on ties)."""
     best = None
@@ -136,15 +152,9 @@ class QueueAutoscaler:
             if pool is not None:
                 demand[pool.name] = demand.get(pool.name, 0.0) + job.gpu_demand
                 blocked_gpus += job.gpu_demand
-        for name, gpus in demand.items():
-            pool = state.pools[name]
-            need = gpus - provisioning_gpus(pool)
-            if need <= 0:
-                continue
-            nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
-            if nodes > 0:
-                bought[name] = nodes
-                yield Scale(name, nodes)
+        for d in scale_for_demand(state, demand, self.max_step):
+            bought[d.pool] = d.delta
+            yield d
         yield from self.forecast_decisions(state, elastic, blocked_gpus, bought)
 
 

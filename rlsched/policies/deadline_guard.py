@@ -70,10 +70,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlsched.cluster.checkpoint import progress_now
-from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
 from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
-from rlsched.policies.autoscale import headroom, provisioning_gpus
+from rlsched.policies.autoscale import headroom, provisioning_gpus, scale_for_demand
 from rlsched.policies.spot import place_in_tiers
 
 __all__ = ["DeadlineGuard", "Urgency"]
@@ -111,6 +111,16 @@ class Urgency:
     def slack(self) -> float:
         """Seconds until the job becomes urgent (<= 0: it is)."""
         return self.time_left - self.need
+
+    @property
+    def hold(self) -> float:
+        """How long starting it now would keep capacity busy: remaining work + a restart."""
+        return self.remaining + self.overhead
+
+    @property
+    def hopeless(self) -> bool:
+        """It could not finish by its deadline even if started now (by the estimates)."""
+        return self.time_left < self.hold
 
 
 class DeadlineGuard:
@@ -252,13 +262,12 @@ class DeadlineGuard:
             if self.preempt:
                 # A search that failed for a request shape fails for any later job of that shape that
                 # would hold the victim as long or longer: this pass only removes candidates.
-                hold = u.remaining + u.overhead
                 shape = run.shape
-                if u.time_left < hold or no_victim.get(shape, math.inf) <= hold:
+                if u.hopeless or no_victim.get(shape, math.inf) <= u.hold:
                     continue  # hopeless by the estimates, or no victim can hold it
                 victim = self.victim(state, u)
                 if victim is None:
-                    no_victim[shape] = min(hold, no_victim.get(shape, math.inf))
+                    no_victim[shape] = min(u.hold, no_victim.get(shape, math.inf))
                     continue
                 yield Preempt(victim.job.job_id, checkpoint=True,
                               reason=f"deadline guard: room for {run.job.job_id}, whose deadline is at risk")
@@ -266,12 +275,7 @@ class DeadlineGuard:
                 target = place_in_tiers(state, run, tiers)
                 if target is not None:
                     yield Place(run.job.job_id, target)
-        for name, gpus in demand.items():
-            pool = state.pools[name]
-            need = gpus - provisioning_gpus(pool)
-            nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
-            if nodes > 0:
-                yield Scale(name, nodes)
+        yield from scale_for_demand(state, demand, self.max_step)
         wake = nxt + _WAKE_AFTER_S
         if wake < math.inf and not (state.time < self._wake_pending <= wake):
             self._wake_pending = wake
@@ -294,9 +298,9 @@ class DeadlineGuard:
         job = u.run.job
         if job.fractional:
             return None
-        hold = u.remaining + u.overhead  # how long it would keep the victim waiting
-        if u.time_left < hold:
+        if u.hopeless:
             return None
+        hold = u.hold  # how long it would keep the victim waiting
         best: JobRun | None = None
         best_key: tuple[float, ...] | None = None
         for other in state.running.values():

@@ -242,22 +242,24 @@ class PpoScheduler:
             self.guard.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
-        if self.guard is not None:
-            yield from self.guard.decide(state)
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: self.model.act(codec.encode(state), mask),
-                                        self.max_actions)
+                                        self.max_actions, guard=self.guard)
 
 
 def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: Callable[[np.ndarray], int],
-                         max_actions: int = 256) -> Iterator[Decision]:
+                         max_actions: int = 256, guard: DeadlineGuard | None = None) -> Iterator[Decision]:
     """The environment's decision loop at one decision point, for anything that picks codec actions.
 
-    ``choose(mask)`` returns a legal action of the current state; each is decoded and
-    yielded (the caller applies it) until the chooser waits, only waiting is legal, or
-    ``max_actions`` decisions were made. A trained policy and a behaviour-cloning teacher
-    both run through it, so they act exactly as the environment let them during training.
+    ``guard`` (the deadline guard it was trained behind, if any) acts first, as the
+    environment applies it after every advance of time. Then ``choose(mask)`` returns a
+    legal action of the current state; each is decoded and yielded (the caller applies
+    it) until the chooser waits, only waiting is legal, or ``max_actions`` decisions were
+    made. A trained policy and a behaviour-cloning teacher both run through it, so they
+    act exactly as the environment let them during training.
     """
+    if guard is not None:
+        yield from guard.decide(state)
     # Follow the state so that one step's mask/only_wait/encode/decode share one cache
     # refresh; everything is invalidated before each step (the caller may have changed
     # anything while this generator was suspended), so the results equal an untracked codec's.

@@ -195,9 +195,6 @@ class TeacherScheduler:
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         from rlsched.policies.ppo import decide_through_codec
 
-        if self.guard is not None:
-            yield from self.guard.decide(state)
-
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: teacher_action(codec, state, mask, rule=self.rule),
-                                        self.max_actions)
+                                        self.max_actions, guard=self.guard)
