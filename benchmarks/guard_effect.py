@@ -1,15 +1,19 @@
-"""What the deadline guard adds: a model served with and without it, on an experiment's windows.
+"""What the serving rules add: a model served with and without its deadline guard and consolidation.
 
 Replays the evaluation and holdout windows of an experiment (default
 ``experiments/spot.yaml``) under one model folder (default ``models/spot``) served with
-each guard variant, and the on-demand-only reference (``ondemand-autoscale``) per window,
-and prints per-window means of cost relative to the reference, mean JCT relative to it
-and deadline misses, with the exact command. Variants (``--variants``, comma-separated):
+each variant of the rules in front of it (:mod:`rlsched.policies.rules`), and the
+on-demand-only reference (``ondemand-autoscale``) per window, and prints per-window
+means of cost relative to the reference, mean JCT relative to it and deadline misses,
+with the exact command. Variants (``--variants``, comma-separated):
 
-* ``none`` - the network alone (``PpoScheduler(model, use_guard=False)``);
-* ``model`` - the guard saved with the model (``deadline_guard.json``), as served;
+* ``none`` - the network alone (``PpoScheduler(model, use_rules=False)``);
+* ``model`` - the rules saved with the model (``deadline_guard.json``,
+  ``consolidate.json``), as served;
+* ``guard`` - the model's deadline guard only (its consolidation, if any, left out);
 * ``margin=F`` / ``margin=F+preempt`` - a guard with that margin fraction (5 min floor),
-  without / with preemption, whatever the model was trained with.
+  without / with preemption, whatever the model was trained with;
+* ``V+consolidate`` - variant ``V`` with default node consolidation added.
 
     python benchmarks/guard_effect.py --variants none,margin=0.25,model
 
@@ -30,22 +34,30 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def scheduler(model: Any, variant: str) -> Any:
-    """The model served with one guard variant (see the module docstring)."""
+    """The model served with one variant of its rules (see the module docstring)."""
+    from rlsched.policies.consolidate import Consolidator
     from rlsched.policies.deadline_guard import DeadlineGuard
     from rlsched.policies.ppo import PpoScheduler
 
-    if variant == "none":
-        return PpoScheduler(model, name=variant, use_guard=False)
-    if variant == "model":
-        return PpoScheduler(model, name=variant)
-    if variant.startswith("margin="):
-        frac, _, flag = variant[len("margin="):].partition("+")
+    base, plus = variant, False
+    if variant.endswith("+consolidate"):
+        base, plus = variant[: -len("+consolidate")], True
+    sched = PpoScheduler(model, name=variant, use_rules=False)
+    if base == "model":
+        sched.rules = model.new_rules()
+    elif base == "guard":
+        sched.rules = [r for r in model.new_rules() if isinstance(r, DeadlineGuard)]
+    elif base.startswith("margin="):
+        frac, _, flag = base[len("margin="):].partition("+")
         if flag not in ("", "preempt"):
             raise ValueError(f"unknown variant {variant!r}")
-        sched = PpoScheduler(model, name=variant, use_guard=False)
-        sched.guard = DeadlineGuard(margin_frac=float(frac), preempt=flag == "preempt")
-        return sched
-    raise ValueError(f"unknown variant {variant!r} (none, model, margin=F, margin=F+preempt)")
+        sched.rules = [DeadlineGuard(margin_frac=float(frac), preempt=flag == "preempt")]
+    elif base != "none":
+        raise ValueError(f"unknown variant {variant!r} (none, model, guard, margin=F, margin=F+preempt, "
+                         "each optionally +consolidate)")
+    if plus and not any(isinstance(r, Consolidator) for r in sched.rules):
+        sched.rules.append(Consolidator())
+    return sched
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from rlsched.errors import RlschedError
+    from rlsched.policies.deadline_guard import DeadlineGuard
     from rlsched.policies.ppo import PpoScheduler, load_policy_ref
     from rlsched.train.config import load_experiment
     from rlsched.train.evaluate import run_world
@@ -85,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     queues: list[int] = []
     for w in worlds:
         sched = PpoScheduler(model)
-        timed = TimedGuard(sched.guard)
-        sched.guard = timed  # type: ignore[assignment]
+        timed = TimedGuard(next(r for r in sched.rules if isinstance(r, DeadlineGuard)))
+        sched.rules = [timed if isinstance(r, DeadlineGuard) else r for r in sched.rules]
         run_world(w, sched)
         times += timed.times_us
         queues += timed.queues

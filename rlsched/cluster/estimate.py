@@ -16,6 +16,20 @@ from rlsched.cluster.job import Job
 _PRIOR_S = 3600.0
 
 
+def believed_work(estimate: float, progress: float) -> float:
+    """A job's total work as a scheduler may believe it: the estimate, doubled until it exceeds the progress made.
+
+    A running job that outlived its estimate is evidently longer; doubling (rather
+    than "a little more than done") keeps a badly underestimated job from looking
+    nearly finished at every decision point. Uniform Progress, the deadline guard and
+    node consolidation all believe this one rule.
+    """
+    work = max(estimate, 1.0)
+    while work <= progress:
+        work *= 2.0
+    return work
+
+
 def _gpu_class(job: Job) -> int:
     if job.fractional:
         return 0

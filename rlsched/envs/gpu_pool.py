@@ -10,7 +10,6 @@ skips states where waiting is the only legal action.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 from rlsched.cluster.decisions import Place, Reconfigure, Scale
 from rlsched.cluster.job import Job
 from rlsched.envs.codec import ObservationCodec
-from rlsched.policies.deadline_guard import DeadlineGuard
+from rlsched.policies.rules import RuleParams, build_rules, run_rules
 from rlsched.scenario import Scenario, load_scenario
 from rlsched.sim.engine import Engine
 from rlsched.workload.forecast import DemandForecaster, fresh_forecaster
@@ -135,11 +134,12 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
       forecast total is the ``globals`` demand signal and drives forecast-aware
       autoscaling. None: the engine's recent arrival rate is the demand signal.
     * ``forecast_horizon_s`` (3600): the forecast horizon.
-    * ``deadline_guard``: constructor arguments of a
-      :class:`~rlsched.policies.deadline_guard.DeadlineGuard`, or None (no guard). The
-      guard acts after every advance of time, before the agent sees the state: urgent
-      deadline jobs are placed on safe capacity (or have it bought) by the guard, as
-      they are at serving time for a model saved with the same guard.
+    * ``rules``: ``{rule name: constructor arguments}`` of the rules the agent is
+      trained behind (:mod:`rlsched.policies.rules`: ``deadline_guard``,
+      ``consolidate``), or None (none). They act after every advance of time, before
+      the agent sees the state - urgent deadline jobs are placed on safe capacity,
+      lightly used elastic nodes are emptied and released - as they do at serving
+      time for a model saved with the same rules.
 
     ## Version History
 
@@ -160,7 +160,7 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         render_mode: str | None = None,
         forecaster: DemandForecaster | None = None,
         forecast_horizon_s: float = 3600.0,
-        deadline_guard: Mapping[str, Any] | None = None,
+        rules: RuleParams | None = None,
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not self.scenario.jobs:
@@ -177,7 +177,7 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         self.reward_weights = weights
         self.forecaster = forecaster
         self.forecast_horizon_s = forecast_horizon_s
-        self.guard = DeadlineGuard(**deadline_guard) if deadline_guard is not None else None
+        self.rules = build_rules(rules)
         self._shift = 0.0
         self.episode_jobs = episode_jobs
         self.max_steps = max_steps
@@ -228,8 +228,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         self._deadlines = sorted((j.deadline, j.job_id) for j in jobs if j.deadline is not None)
         self._next_deadline = 0
         self.codec.track(eng.state)
-        if self.guard is not None:
-            self.guard.reset(eng.state)
+        for rule in self.rules:
+            rule.reset(eng.state)
         self._acc = self._zero_components()
         self._auto = 0
         self._advance()
@@ -253,8 +253,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         n_sys = n_queue + len(st.running)
         idle0 = eng._cap_area - eng._util_area
         moved = eng.advance()
-        if moved and self.guard is not None:
-            for decision in self.guard.decide(st):
+        if moved:
+            for decision in run_rules(self.rules, st):
                 eng.apply(decision)
         self.codec.invalidate(None)
         dt = eng.now - t0

@@ -39,18 +39,19 @@ guard asks to be woken when the next queued job turns urgent, so it acts on time
 when nothing else happens.
 
 **Preemption** (``preempt=True``, off by default). When an urgent job has nowhere to go
-- no safe capacity ready or coming, no spot - the guard suspends one running job to make
-room (:meth:`DeadlineGuard.victim`): gracefully (a checkpoint first, so only a restart
-overhead is lost), and only a job that is preemptible, frees whole GPUs on one node that
-hold the urgent request, and can afford the wait - after the urgent job's estimated run
-plus a restart it would still not be urgent itself. The guard thus never trades one miss
-for another by its own estimates, and a victim cannot preempt its preemptor back. An
-urgent job the estimates call hopeless (it could not finish even if started now)
-preempts nobody. This is what the remaining misses of the learned spot policy needed:
-short jobs in bursts where every node was busy, on-demand was at its maximum and
-nothing could be bought. Limitation: one victim frees GPUs on one node, so a gang job
-larger than a node gets no room this way (measured: the only misses of the spot recipe
-across three training seeds were 32-GPU jobs on fragmented H100 pools; BENCHMARKS.md).
+- no safe capacity ready or coming, no spot - the guard suspends running jobs to make
+room (:meth:`DeadlineGuard.victims`): gracefully (a checkpoint first, so only a restart
+overhead is lost), and only jobs that are preemptible and can afford the wait - after the
+urgent job's estimated run plus a restart each would still not be urgent itself. The
+guard thus never trades one miss for another by its own estimates, and a victim cannot
+preempt its preemptor back. An urgent job the estimates call hopeless (it could not
+finish even if started now) preempts nobody. Room is made where the job will run: on
+one node for a job that fits a node, anywhere in one pool for a gang job larger than a
+node, suspending as few GPUs as it can. This is what the remaining misses of the
+learned spot policy needed: short jobs in bursts where every node was busy, on-demand
+was at its maximum and nothing could be bought; and 32-GPU gang jobs on fragmented H100
+pools, which a one-victim-on-one-node rule could never make room for (the only misses
+of the spot recipe's seed 1; BENCHMARKS.md).
 
 It changes nothing for jobs without a deadline, nothing while every deadline has
 room, and nothing on clusters without on-prem or on-demand capacity.
@@ -71,6 +72,7 @@ from dataclasses import dataclass
 
 from rlsched.cluster.checkpoint import progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
+from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
 from rlsched.policies.autoscale import headroom, provisioning_gpus, scale_for_demand
@@ -174,9 +176,7 @@ class DeadlineGuard:
                 return None
         allowance = max(dl - job.submit_time, 0.0)
         progress = progress_now(run, state.time)
-        work = max(state.estimator.estimate(job) if estimate is None else estimate, 1.0)
-        while work <= progress:
-            work *= 2.0
+        work = believed_work(state.estimator.estimate(job) if estimate is None else estimate, progress)
         remaining = min(work - progress, max(allowance - progress, 0.0))
         margin = max(self.margin_frac * allowance, self.min_margin_s)
         return Urgency(run, dl - state.time, remaining, delay, self.restart_overhead_s, margin)
@@ -265,12 +265,13 @@ class DeadlineGuard:
                 shape = run.shape
                 if u.hopeless or no_victim.get(shape, math.inf) <= u.hold:
                     continue  # hopeless by the estimates, or no victim can hold it
-                victim = self.victim(state, u)
-                if victim is None:
+                victims = self.victims(state, u)
+                if not victims:
                     no_victim[shape] = min(u.hold, no_victim.get(shape, math.inf))
                     continue
-                yield Preempt(victim.job.job_id, checkpoint=True,
-                              reason=f"deadline guard: room for {run.job.job_id}, whose deadline is at risk")
+                for victim in victims:
+                    yield Preempt(victim.job.job_id, checkpoint=True,
+                                  reason=f"deadline guard: room for {run.job.job_id}, whose deadline is at risk")
                 tiers = [[PoolKind.ONPREM], [PoolKind.ONDEMAND]] + ([[PoolKind.SPOT]] if run.job.preemptible else [])
                 target = place_in_tiers(state, run, tiers)
                 if target is not None:
@@ -281,45 +282,47 @@ class DeadlineGuard:
             self._wake_pending = wake
             yield WakeAt(wake)
 
-    def victim(self, state: ClusterState, u: Urgency) -> JobRun | None:
-        """A running job to suspend so that urgent ``u`` can start now, or None.
+    def victims(self, state: ClusterState, u: Urgency) -> list[JobRun]:
+        """Running jobs to suspend so that urgent ``u`` can start now (empty: no room can be made).
 
         Only when nothing else can take ``u`` (no safe capacity ready or coming, no spot).
-        A victim is preemptible, runs on whole GPUs of one node where its GPUs plus the
-        node's free ones hold ``u``'s request, in a pool ``u`` may use, and can afford to
-        wait: after ``u``'s estimated run (plus a restart) it would still not be urgent
-        itself - so the guard never trades one miss for another by its own estimates,
-        and a victim cannot turn around and preempt ``u``. ``u`` itself must still be
-        able to finish by its deadline if started now (by the same estimates): a job the
-        estimates call hopeless is not worth another job's restart. Among victims: safe
-        capacity before spot, fewest GPUs, then most slack. The suspension is graceful (a
-        checkpoint first), so the victim loses no work, only a restart overhead.
+        A victim is preemptible, runs on whole GPUs in a pool ``u`` may use, and can
+        afford to wait: after ``u``'s estimated run (plus a restart) it would still not be
+        urgent itself - so the guard never trades one miss for another by its own
+        estimates, and a victim cannot turn around and preempt ``u``. ``u`` itself must
+        still be able to finish by its deadline if started now (by the same estimates): a
+        job the estimates call hopeless is not worth another job's restart.
+
+        Room is made where ``u`` will be placed: on one node for a job that fits a node
+        (victims running only on that node), anywhere in one pool for a gang job larger
+        than a node (any victims in the pool, their GPUs plus the pool's free ones). In
+        each such room as few GPUs as possible are suspended - one victim that suffices,
+        else the largest first until the request is covered. Among rooms: safe capacity before spot, fewest GPUs
+        suspended, fewest victims, then most slack. Suspensions are graceful (a
+        checkpoint first), so a victim loses no work, only a restart overhead.
         """
         job = u.run.job
-        if job.fractional:
-            return None
-        if u.hopeless:
-            return None
-        hold = u.hold  # how long it would keep the victim waiting
-        best: JobRun | None = None
-        best_key: tuple[float, ...] | None = None
+        if job.fractional or u.hopeless:
+            return []
+        hold = u.hold  # how long it would keep its victims waiting
+        rooms: dict[tuple[str, str], list[tuple[JobRun, float]]] = {}
         for other in state.running.values():
             ojob = other.job
             pl = other.placement
             if not ojob.preemptible or pl is None or pl.slice_start is not None or ojob.fractional:
                 continue
-            nodes = {node_id for node_id, _ in pl.gpus}
-            if len(nodes) != 1:
-                continue
-            pool = state.pools[pl.pool]
-            spec = pool.spec
+            spec = state.pools[pl.pool].spec
             if spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
                 continue
             if spec.kind is PoolKind.SPOT and not job.preemptible:
                 continue
-            node = state.nodes[next(iter(nodes))]
-            if len(pl.gpus) + node.free_whole < job.num_gpus:
-                continue
+            if job.num_gpus > spec.gpus_per_node:
+                room = ("pool", pl.pool)
+            else:
+                nodes = {node_id for node_id, _ in pl.gpus}
+                if len(nodes) != 1:
+                    continue
+                room = ("node", next(iter(nodes)))
             if ojob.deadline is not None:
                 ov = self._memoised(state, other)
                 if ov is None or ov.slack - hold - self.restart_overhead_s < 0:
@@ -327,9 +330,23 @@ class DeadlineGuard:
                 slack = ov.slack
             else:
                 slack = math.inf
-            key = (1.0 if spec.kind is PoolKind.SPOT else 0.0, float(len(pl.gpus)), -slack)
+            rooms.setdefault(room, []).append((other, slack))
+        best: list[JobRun] = []
+        best_key: tuple[float, ...] | None = None
+        for (where, name), eligible in rooms.items():
+            if where == "pool":  # a gang: free GPUs anywhere on the pool's ready nodes
+                pool = state.pools[name]
+                free = pool.free_whole_gpus()
+            else:
+                pool = state.pools[state.nodes[name].pool]
+                free = state.nodes[name].free_whole
+            chosen = _fewest_gpus(eligible, job.num_gpus - free)
+            if not chosen:
+                continue
+            key = (1.0 if pool.spec.kind is PoolKind.SPOT else 0.0, float(sum(_gpus(v) for v in chosen)),
+                   float(len(chosen)), -min(s for _, s in chosen))
             if best_key is None or key < best_key:
-                best, best_key = other, key
+                best, best_key = [r for r, _ in chosen], key
         return best
 
     @staticmethod
@@ -347,3 +364,30 @@ class DeadlineGuard:
             if k < key:
                 best, key = pool, k
         return best
+
+
+def _gpus(v: tuple[JobRun, float]) -> int:
+    """Whole GPUs a victim (run, slack) holds."""
+    return len(v[0].placement.gpus) if v[0].placement is not None else 0
+
+
+def _fewest_gpus(eligible: list[tuple[JobRun, float]], deficit: int) -> list[tuple[JobRun, float]]:
+    """Victims (run, slack) whose GPUs cover ``deficit``; empty when all of them together fall short.
+
+    One victim that covers it alone if any (fewest GPUs, then most slack); otherwise the
+    largest first (most slack on ties) until covered - greedy, so it may suspend a GPU
+    or two more than the least possible subset would, in exchange for a linear pass
+    over a pool's running jobs. A ``deficit`` <= 0 (enough GPUs free, the room short of
+    CPU or memory) takes the smallest victim.
+    """
+    single = [v for v in eligible if _gpus(v) >= deficit]
+    if single:
+        return [min(single, key=lambda v: (_gpus(v), -v[1]))]
+    chosen: list[tuple[JobRun, float]] = []
+    covered = 0
+    for v in sorted(eligible, key=lambda v: (-_gpus(v), -v[1])):
+        chosen.append(v)
+        covered += _gpus(v)
+        if covered >= deficit:
+            return chosen
+    return []

@@ -8,8 +8,9 @@ A model folder (``models/<name>/``) holds:
 * ``card.json`` / ``MODEL_CARD.md`` - the model card (training data, steps, seed,
   wall time, metrics against every heuristic, MLflow run id);
 * ``forecaster.json`` (optional) - the demand forecaster it was trained with;
-* ``deadline_guard.json`` (optional) - the :class:`~rlsched.policies.deadline_guard.DeadlineGuard`
-  it was trained with; :class:`PpoScheduler` runs it before the network at every
+* ``deadline_guard.json``, ``consolidate.json`` (optional) - the parameters of the rules
+  it was trained behind (:mod:`rlsched.policies.rules`: the deadline guard, node
+  consolidation); :class:`PpoScheduler` runs them before the network at every
   decision point, as the training environment did.
 
 Serving uses neither SB3's ``predict`` nor torch: the weights are exported
@@ -27,7 +28,7 @@ keeps the heuristic).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,14 @@ from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.envs.codec import ObservationCodec
 from rlsched.errors import RlschedError
-from rlsched.policies.deadline_guard import DeadlineGuard
 from rlsched.policies.ppo_numpy import NumpySlotScorer
+from rlsched.policies.rules import RULES, Rule, RuleParams, build_rules, rule_file
 
 POLICY_FILE = "policy.pt"
 CODEC_FILE = "codec.json"
 CARD_FILE = "card.json"
 #: Optional: the demand forecaster the model was trained with (see :func:`load_model_forecast`).
 FORECASTER_FILE = "forecaster.json"
-#: Optional: the deadline guard's parameters (see :meth:`PolicyModel.new_guard`).
-GUARD_FILE = "deadline_guard.json"
 
 
 class ModelError(RlschedError):
@@ -76,12 +75,17 @@ class PolicyModel:
         self.numpy_net: NumpySlotScorer | None = _numpy_mirror(net)
         #: the demand forecaster it was trained with, if its folder has one (set by load_policy_ref).
         self.forecast: ModelForecast | None = None
-        #: the deadline guard's constructor arguments, if it was trained with one (set by :meth:`load`).
-        self.guard_params: dict[str, Any] | None = None
+        #: constructor arguments of the rules it was trained behind, by rule name (set by :meth:`load`).
+        self.rule_params: dict[str, dict[str, Any]] = {}
 
-    def new_guard(self) -> DeadlineGuard | None:
-        """A fresh deadline guard like the one the model was trained with (None: it had none)."""
-        return DeadlineGuard(**self.guard_params) if self.guard_params is not None else None
+    @property
+    def guard_params(self) -> dict[str, Any] | None:
+        """The deadline guard's constructor arguments (None: trained without one)."""
+        return self.rule_params.get("deadline_guard")
+
+    def new_rules(self) -> list[Rule]:
+        """Fresh rules like the ones the model was trained behind, in acting order (empty: none)."""
+        return build_rules(self.rule_params)
 
     def new_codec(self) -> ObservationCodec:
         """A codec like the one the model was trained with (checked against the signature)."""
@@ -119,8 +123,8 @@ class PolicyModel:
     # ------------------------------------------------------------------ persistence
     @staticmethod
     def save(folder: Path | str, net: Any, codec: ObservationCodec, card: dict[str, Any] | None = None,
-             guard: dict[str, Any] | None = None) -> Path:
-        """Write a model folder (weights, codec, card, and the deadline guard's parameters if any)."""
+             rules: RuleParams | None = None) -> Path:
+        """Write a model folder (weights, codec, card, and the parameters of each rule it was trained behind)."""
         import torch
 
         folder = Path(folder)
@@ -135,11 +139,13 @@ class PolicyModel:
              "layouts": codec.layouts, "describe": codec.describe()}, indent=2, default=str) + "\n")
         if card is not None:
             (folder / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
-        guard_path = folder / GUARD_FILE
-        if guard is not None:
-            guard_path.write_text(json.dumps(guard, indent=2) + "\n")
-        elif guard_path.exists():
-            guard_path.unlink()  # a model trained without a guard must not be served with an old one
+        for name in RULES:
+            path = folder / rule_file(name)
+            args = (rules or {}).get(name)
+            if args is not None:
+                path.write_text(json.dumps(dict(args), indent=2) + "\n")
+            elif path.exists():
+                path.unlink()  # a model trained without a rule must not be served with an old one
         return folder
 
     @classmethod
@@ -181,13 +187,16 @@ class PolicyModel:
             except ValueError as exc:
                 raise ModelError(f"{card_path}: corrupted ({exc})") from None
         model = cls(net, params, signature, card)
-        guard_path = folder / GUARD_FILE
-        if guard_path.exists():
+        for name in RULES:
+            path = folder / rule_file(name)
+            if not path.exists():
+                continue
             try:
-                model.guard_params = dict(json.loads(guard_path.read_text()))
-                model.new_guard()
+                args = dict(json.loads(path.read_text()))
+                build_rules({name: args})
             except (ValueError, TypeError) as exc:
-                raise ModelError(f"{guard_path}: corrupted ({exc})") from None
+                raise ModelError(f"{path}: corrupted ({exc})") from None
+            model.rule_params[name] = args
         return model
 
 
@@ -218,48 +227,49 @@ def load_policy_ref(ref: str) -> PolicyModel:
 class PpoScheduler:
     """A trained policy driving the simulator or the runtime like any heuristic.
 
-    At each decision point it first lets the model's deadline guard (if it was
-    trained with one) serve urgent deadline jobs, then encodes the state, takes the
-    greedy legal action, yields its decision, and repeats until the policy chooses
-    to wait (or only waiting is legal, or ``max_actions`` decisions were made at this
-    point) - the same loop the environment presents during training.
-    ``use_guard=False`` serves the network alone (for measuring what the guard adds).
+    At each decision point it first lets the rules the model was trained behind (its
+    deadline guard, node consolidation; :mod:`rlsched.policies.rules`) act, then
+    encodes the state, takes the greedy legal action, yields its decision, and repeats
+    until the policy chooses to wait (or only waiting is legal, or ``max_actions``
+    decisions were made at this point) - the same loop the environment presents
+    during training. ``use_rules=False`` serves the network alone (for measuring what
+    the rules add).
     """
 
     def __init__(self, model: PolicyModel, name: str = "ppo", max_actions: int = 256,
-                 use_guard: bool = True) -> None:
+                 use_rules: bool = True) -> None:
         self.model = model
         self.name = name
         self.max_actions = max_actions
-        self.guard = model.new_guard() if use_guard else None
+        self.rules = model.new_rules() if use_rules else []
         self.codec = model.new_codec()
         self._arrived = 0
 
     def reset(self, state: ClusterState) -> None:
         self.codec = self.model.new_codec()
         self._arrived = 0
-        if self.guard is not None:
-            self.guard.reset(state)
+        for rule in self.rules:
+            rule.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: self.model.act(codec.encode(state), mask),
-                                        self.max_actions, guard=self.guard)
+                                        self.max_actions, rules=self.rules)
 
 
 def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: Callable[[np.ndarray], int],
-                         max_actions: int = 256, guard: DeadlineGuard | None = None) -> Iterator[Decision]:
+                         max_actions: int = 256, rules: Sequence[Rule] = ()) -> Iterator[Decision]:
     """The environment's decision loop at one decision point, for anything that picks codec actions.
 
-    ``guard`` (the deadline guard it was trained behind, if any) acts first, as the
-    environment applies it after every advance of time. Then ``choose(mask)`` returns a
+    ``rules`` (the rules it was trained behind, if any) act first, as the environment
+    applies them after every advance of time. Then ``choose(mask)`` returns a
     legal action of the current state; each is decoded and yielded (the caller applies
     it) until the chooser waits, only waiting is legal, or ``max_actions`` decisions were
     made. A trained policy and a behaviour-cloning teacher both run through it, so they
     act exactly as the environment let them during training.
     """
-    if guard is not None:
-        yield from guard.decide(state)
+    for rule in rules:
+        yield from rule.decide(state)
     # Follow the state so that one step's mask/only_wait/encode/decode share one cache
     # refresh; everything is invalidated before each step (the caller may have changed
     # anything while this generator was suspended), so the results equal an untracked codec's.

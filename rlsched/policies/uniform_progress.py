@@ -71,6 +71,7 @@ from typing import Any
 
 from rlsched.cluster.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, interval_of, kept_after_reclaim, progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
+from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.model import ClusterState, JobRun, Placement, Pool, PoolKind
 from rlsched.policies.autoscale import QueueAutoscaler, headroom
@@ -217,10 +218,7 @@ class UniformProgress(QueueHeuristic):
 
     def work(self, state: ClusterState, run: JobRun, progress: float) -> float:
         """Total work W: the estimate, doubled until it exceeds the progress made."""
-        w = max(state.estimator.estimate(run.job), 1.0)
-        while w <= progress:
-            w *= 2.0
-        return w
+        return believed_work(state.estimator.estimate(run.job), progress)
 
     def exposure(self, run: JobRun, progress: float) -> float:
         """Work a reclaim now would throw away (0 unless running on spot)."""

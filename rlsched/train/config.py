@@ -33,6 +33,8 @@ An experiment names what to train on and how (keys not listed are errors with a
     forecast: {model: smoothed-seasonal, horizon_s: 3600}   # demand forecaster (model: none = off)
     deadline_guard: {margin_frac: 0.25} # optional: urgent deadline jobs go to safe capacity first
                                         # (training and serving alike; see rlsched.policies.deadline_guard)
+    consolidate: {min_hold_s: 900}      # optional: empty and release lightly used elastic nodes
+                                        # (training and serving alike; see rlsched.policies.consolidate)
     output: ../models/default           # model folder written at the end
 
 Relative paths are relative to the experiment file.
@@ -160,6 +162,23 @@ class GuardParams:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class ConsolidateParams:
+    """Node consolidation trained and served with the policy (:mod:`rlsched.policies.consolidate`).
+
+    Absent: none. Present: it runs like the deadline guard (after it) at every decision
+    point of training, teacher rollouts, evaluation and serving (``consolidate.json``).
+    """
+
+    min_hold_s: float = 900.0
+    max_reclaim_rate_per_h: float = 0.05
+    restart_overhead_s: float = 60.0
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of :class:`~rlsched.policies.consolidate.Consolidator`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 SMOOTHED_SEASONAL_KEYS = ("origin_epoch_s", "season", "tau_s", "prior_weight", "class_prior_weight",
                           "level_floor", "level_ceiling", "shrink_hours")
 
@@ -187,8 +206,14 @@ class Experiment:
     mlflow: MlflowParams = field(default_factory=MlflowParams)
     forecast: ForecastParams = field(default_factory=ForecastParams)
     deadline_guard: GuardParams | None = None
+    consolidate: ConsolidateParams | None = None
     output: str = ""
     source: str = ""
+
+    def rule_params(self) -> dict[str, dict[str, Any]]:
+        """The rules the policy is trained and served behind: ``{rule name: constructor arguments}``."""
+        return {name: p.params() for name, p in (("deadline_guard", self.deadline_guard),
+                                                  ("consolidate", self.consolidate)) if p is not None}
 
     def flat_params(self) -> dict[str, Any]:
         """Parameters for MLflow (nested keys joined with dots)."""
@@ -304,17 +329,18 @@ def _forecast(d: Any) -> ForecastParams:
     return fp
 
 
-def _guard(d: Any) -> GuardParams | None:
+def _rule(name: str, d: Any, cls: type) -> Any:
+    """A rule's parameters (None: the rule is off), checked by building the rule."""
     if d is None:
         return None
-    gp: GuardParams = _sub("deadline_guard", d, GuardParams)
-    from rlsched.policies.deadline_guard import DeadlineGuard
+    got = _sub(name, d, cls)
+    from rlsched.policies.rules import build_rules
 
     try:
-        DeadlineGuard(**gp.params())
-    except (TypeError, ValueError) as exc:
-        raise ExperimentError(f"deadline_guard: {exc}") from None
-    return gp
+        build_rules({name: got.params()})
+    except ValueError as exc:
+        raise ExperimentError(str(exc)) from None
+    return got
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -366,7 +392,8 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
-        deadline_guard=_guard(data.get("deadline_guard")), output=out, source=str(path),
+        deadline_guard=_rule("deadline_guard", data.get("deadline_guard"), GuardParams),
+        consolidate=_rule("consolidate", data.get("consolidate"), ConsolidateParams), output=out, source=str(path),
     )
     from rlsched.train.teacher import TEACHERS
 

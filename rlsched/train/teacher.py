@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
@@ -35,7 +34,7 @@ from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
 from rlsched.envs.codec import ObservationCodec
 from rlsched.policies.autoscale import provisioning_gpus
-from rlsched.policies.deadline_guard import DeadlineGuard
+from rlsched.policies.rules import RuleParams, build_rules
 
 #: teacher names accepted by ``bc.teacher`` in an experiment file
 TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first")
@@ -177,24 +176,24 @@ class TeacherScheduler:
     """
 
     def __init__(self, rule: str, window: int = 16, max_pools: int = 4, max_actions: int = 256,
-                 guard: dict[str, Any] | None = None) -> None:
+                 rules: RuleParams | None = None) -> None:
         if rule not in TEACHERS:
             raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
         self.rule = rule
         self.name = f"teacher:{rule}"
         self.window, self.max_pools, self.max_actions = window, max_pools, max_actions
         self.codec = ObservationCodec(window=window, max_pools=max_pools)
-        #: the experiment's deadline guard, run first as in the environment the teacher was rolled in
-        self.guard = DeadlineGuard(**guard) if guard is not None else None
+        #: the experiment's rules, run first as in the environment the teacher was rolled in
+        self.rules = build_rules(rules)
 
     def reset(self, state: ClusterState) -> None:
         self.codec = ObservationCodec(window=self.window, max_pools=self.max_pools)
-        if self.guard is not None:
-            self.guard.reset(state)
+        for r in self.rules:
+            r.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         from rlsched.policies.ppo import decide_through_codec
 
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: teacher_action(codec, state, mask, rule=self.rule),
-                                        self.max_actions, guard=self.guard)
+                                        self.max_actions, rules=self.rules)

@@ -57,11 +57,7 @@ def _git_commit() -> str:
 
 def _env_kwargs(exp: Experiment) -> dict[str, Any]:
     return {"window": exp.window, "max_pools": exp.max_pools, "episode_jobs": exp.episode_jobs,
-            "reward_weights": exp.reward or None, "max_steps": 20_000, "deadline_guard": _guard_params(exp)}
-
-
-def _guard_params(exp: Experiment) -> dict[str, Any] | None:
-    return exp.deadline_guard.params() if exp.deadline_guard is not None else None
+            "reward_weights": exp.reward or None, "max_steps": 20_000, "rules": exp.rule_params()}
 
 
 def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
@@ -446,7 +442,7 @@ def train(
             c = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
             pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts},
                              c.signature(), {})
-            pm.guard_params = _guard_params(exp)
+            pm.rule_params = exp.rule_params()
             return PpoScheduler(pm)
 
         def periodic_eval(step: int) -> None:
@@ -479,7 +475,7 @@ def train(
 
             # the row PPO was cloned from: did training improve on imitation?
             extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools,
-                                                  guard=_guard_params(exp)))
+                                                  rules=exp.rule_params()))
         ev = evaluate(eval_worlds, current_policy, bound=True, extra=extra)
         ho = evaluate(holdout_worlds, current_policy, bound=True, extra=extra) if holdout_worlds else None
         table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
@@ -533,11 +529,12 @@ def train(
             "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
             "command": f"rlsched train {exp.source}",
             "forecast": forecast_card,
-            "deadline_guard": _guard_params(exp),
+            "deadline_guard": exp.rule_params().get("deadline_guard"),
+            "consolidate": exp.rule_params().get("consolidate"),
         }
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
-        PolicyModel.save(out, net, codec, card, guard=_guard_params(exp))
+        PolicyModel.save(out, net, codec, card, rules=exp.rule_params())
         stale = out / FORECASTER_FILE
         if fitted:
             save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)
@@ -611,6 +608,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
         *([f"- deadline guard: {card['deadline_guard']} (runs before the network at every decision point, "
            "in training and serving; `deadline_guard.json`)"] if card.get("deadline_guard") else []),
+        *([f"- node consolidation: {card['consolidate']} (runs after the guard, before the network; "
+           "`consolidate.json`)"] if card.get("consolidate") else []),
         "",
         f"On the evaluation windows the policy's mean JCT is {rel.get('jct_vs_weighted_priority', float('nan')):.3f}x "
         f"weighted-priority's at {rel.get('cost_vs_weighted_priority', float('nan')):.3f}x its cost.",

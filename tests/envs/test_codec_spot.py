@@ -79,7 +79,7 @@ def test_the_environment_runs_the_deadline_guard_before_the_agent() -> None:
     jobs = [job("j", 0, 1000, preemptible=True, deadline=4000.0)]
     sc = Scenario("guarded", pools, jobs, FakeMarket(price=1.0, avail=[(0.0, 0)]),
                   SimConfig(oracle_durations=True))
-    env = GpuPoolEnv(sc, window=2, max_pools=2, deadline_guard={"margin_frac": 0.25, "min_margin_s": 300.0})
+    env = GpuPoolEnv(sc, window=2, max_pools=2, rules={"deadline_guard": {"margin_frac": 0.25, "min_margin_s": 300.0}})
     env.reset(seed=0)
     steps = 0
     done = False
@@ -92,3 +92,29 @@ def test_the_environment_runs_the_deadline_guard_before_the_agent() -> None:
     assert run.first_start == pytest.approx(1941.0)
     assert run.placement is None and run.finish_time == pytest.approx(2941.0)
     assert info["report"]["deadline_misses"] == 0
+
+
+def test_the_environment_runs_consolidation_before_the_agent_and_refuses_unknown_rules() -> None:
+    # tests/policies/test_consolidate.py's base case, with an agent that places a queued job when
+    # it can, buys a node when it cannot, and otherwise waits: at 1,000 s the two half-used nodes
+    # become one before the agent sees the state.
+    from rlsched.envs import GpuPoolEnv
+    from rlsched.scenario import Scenario
+
+    pools = [pool("el", kind=PoolKind.ONDEMAND, nodes=3, lo=0, gpus=2)]
+    jobs = [job(x, 0, d, preemptible=True) for x, d in (("a", 10_000), ("b", 1000), ("c", 10_000), ("d", 1000))]
+    sc = Scenario("consolidated", pools, jobs, FakeMarket(price=1.0), SimConfig(oracle_durations=True))
+    with pytest.raises(ValueError, match="unknown rule"):
+        GpuPoolEnv(sc, window=4, max_pools=1, rules={"consolidation": {}})
+    env = GpuPoolEnv(sc, window=4, max_pools=1, rules={"consolidate": {}})
+    env.reset(seed=0)
+    done = False
+    codec = env.codec
+    while not done:
+        mask = env.action_masks()
+        place = [a for a in range(codec.reconfigure_offset) if mask[a]]
+        buy = codec.scale_offset  # pool 0, up
+        action = place[0] if place else buy if env.engine.state.queue and mask[buy] else codec.wait_action
+        _, _, done, _, info = env.step(action)
+    assert sum(r.restarts for r in env.engine.runs.values()) == 1
+    assert info["report"]["jobs_completed"] == 4

@@ -234,9 +234,9 @@ def _one_held_node() -> list[PoolSpec]:
     return [pool("od", kind=PoolKind.ONDEMAND, nodes=1, lo=1, gpus=1)]
 
 
-def _replay(jobs: list[Job], guard: DeadlineGuard) -> tuple[Engine, Guarded]:
+def _replay(jobs: list[Job], guard: DeadlineGuard, pools: list[PoolSpec] | None = None) -> tuple[Engine, Guarded]:
     g = _fifo_guarded(guard)
-    e = Engine(_one_held_node(), jobs, FakeMarket(price=1.0), SimConfig(oracle_durations=True))
+    e = Engine(pools or _one_held_node(), jobs, FakeMarket(price=1.0), SimConfig(oracle_durations=True))
     e.run(g)
     return e, g
 
@@ -302,7 +302,7 @@ def test_victims_that_cannot_make_room_or_may_not_be_stopped_are_skipped() -> No
     guard = DeadlineGuard(preempt=True)
     u = guard.urgency(st, st.queue["big"])
     assert u is not None and u.slack <= 0
-    assert guard.victim(st, u) is None  # small's 1 GPU + 0 free < 2; pinned may not be stopped
+    assert guard.victims(st, u) == []  # small's 1 GPU + 0 free < 2; pinned may not be stopped
 
 
 def test_a_hopeless_job_does_not_stop_the_search_for_a_later_one_of_its_shape() -> None:
@@ -316,3 +316,69 @@ def test_a_hopeless_job_does_not_stop_the_search_for_a_later_one_of_its_shape() 
     acts = [(t, type(d).__name__, getattr(d, "job_id", None)) for t, d in g.log if not isinstance(d, WakeAt)]
     assert acts[:2] == [(pytest.approx(1291.0), "Preempt", "v"), (pytest.approx(1291.0), "Place", "u")]
     assert e.runs["u"].finish_time == pytest.approx(2291.0)
+
+
+def _acts(g: Guarded) -> list[tuple[float, str, str | None]]:
+    return [(t, type(d).__name__, getattr(d, "job_id", None)) for t, d in g.log if not isinstance(d, WakeAt)]
+
+
+def test_a_gang_job_larger_than_a_node_gets_room_across_the_pool() -> None:
+    """Two held 2-GPU nodes: v1 (2 GPUs) fills node 0, v2 (1 GPU) half of node 1. The 3-GPU gang
+    job u (1,000 s, deadline 3,100) turns urgent at 1,291 with one GPU free: no single node can
+    ever hold it, so room is made in the pool - v1 alone covers the two missing GPUs (v2 would
+    not), and u runs on node 0's two GPUs plus node 1's free one. v1 resumes when u is done."""
+    pools = [pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=2, gpus=2)]
+    jobs = [job("v1", 0, 10_000, 2, preemptible=True),
+            job("v2", 0, 10_000, 1, preemptible=True),
+            job("u", 100, 1000, 3, preemptible=True, deadline=3100.0)]
+    e, g = _replay(jobs, DeadlineGuard(preempt=True), pools)
+    assert _acts(g) == [(pytest.approx(1291.0), "Preempt", "v1"), (pytest.approx(1291.0), "Place", "u")]
+    assert e.runs["u"].finish_time == pytest.approx(2291.0)
+    assert e.runs["v1"].finish_time == pytest.approx(2291.0 + 60.0 + 10_000 - 1291.0)
+    assert e.runs["v2"].restarts == 0 and e.runs["v1"].lost_gpu_seconds == 0.0
+    assert e.report("t", 0.0).deadline_misses == 0
+
+
+def test_a_gang_takes_as_many_victims_as_it_needs_largest_first() -> None:
+    """Two 2-GPU nodes each run two 1-GPU jobs (a, b; c, d) and the 4-GPU gang u needs the
+    whole pool: all four are suspended. When one of them cannot afford the wait (c, whose own
+    deadline leaves no room for u's run) the gang cannot be made room for, and nobody is
+    suspended for nothing: u misses, c does not."""
+    pools = [pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=2, gpus=2)]
+    jobs = [job(x, 0, 10_000, 1, preemptible=True) for x in "abcd"]
+    jobs.append(job("u", 100, 1000, 4, preemptible=True, deadline=3100.0))
+    e, g = _replay(jobs, DeadlineGuard(preempt=True), pools)
+    assert sorted(j for _, kind, j in _acts(g) if kind == "Preempt") == ["a", "b", "c", "d"]
+    assert e.runs["u"].finish_time == pytest.approx(2291.0)
+    tight = [job(x, 0, 10_000, 1, preemptible=True) for x in "abd"]
+    tight.insert(2, job("c", 0, 10_000, 1, preemptible=True, deadline=10_900.0))
+    tight.append(job("u", 100, 1000, 4, preemptible=True, deadline=3100.0))
+    e2, g2 = _replay(tight, DeadlineGuard(preempt=True), pools)
+    assert not [d for _, d in g2.log if isinstance(d, Preempt)]
+    assert e2.report("t", 0.0).deadline_misses == 1
+
+
+def test_room_on_one_node_may_take_several_victims() -> None:
+    """A job that fits a node gets room on one node: on a 4-GPU node running a (1 GPU), b (1) and
+    c (2), the 3-GPU u suspends c and one of the 1-GPU jobs - no single victim covers 3 GPUs."""
+    pools = [pool("od", kind=PoolKind.ONDEMAND, nodes=1, lo=1, gpus=4)]
+    jobs = [job("a", 0, 10_000, 1, preemptible=True), job("b", 0, 10_000, 1, preemptible=True),
+            job("c", 0, 10_000, 2, preemptible=True),
+            job("u", 100, 1000, 3, preemptible=True, deadline=3100.0)]
+    e, g = _replay(jobs, DeadlineGuard(preempt=True), pools)
+    pre = [j for _, kind, j in _acts(g) if kind == "Preempt"]
+    assert len(pre) == 2 and pre[0] == "c" and pre[1] in ("a", "b")
+    assert e.runs["u"].finish_time == pytest.approx(2291.0)
+    assert e.report("t", 0.0).deadline_misses == 0
+
+
+def test_among_rooms_the_fewest_gpus_are_suspended() -> None:
+    """Two 2-GPU nodes: node 0 runs one 2-GPU job, node 1 two 1-GPU jobs. A 1-GPU urgent job
+    takes one 1-GPU victim on node 1, not the 2-GPU job."""
+    pools = [pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=2, gpus=2)]
+    jobs = [job("big", 0, 10_000, 2, preemptible=True),
+            job("s1", 0, 10_000, 1, preemptible=True), job("s2", 0, 10_000, 1, preemptible=True),
+            job("u", 100, 1000, 1, preemptible=True, deadline=3100.0)]
+    _, g = _replay(jobs, DeadlineGuard(preempt=True), pools)
+    pre = [j for _, kind, j in _acts(g) if kind == "Preempt"]
+    assert len(pre) == 1 and pre[0] in ("s1", "s2")

@@ -62,6 +62,9 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("deadline_guard: {margin_fraction: 0.5}\n", "did you mean 'margin_frac'"),
         ("deadline_guard: 0.25\n", "deadline_guard: expected a mapping"),
         ("deadline_guard: {preempt: sometimes}\n", "deadline_guard: spot_last_resort and preempt must be true"),
+        ("consolidate: {min_hold: 60}\n", "did you mean 'min_hold_s'"),
+        ("consolidate: {min_hold_s: -1}\n", "consolidate: min_hold_s"),
+        ("consolidate: yes\n", "consolidate: expected a mapping"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
@@ -76,6 +79,14 @@ def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
     assert exp.deadline_guard.params() == {"margin_frac": 0.1, "min_margin_s": 300.0, "restart_overhead_s": 60.0,
                                            "spot_last_resort": True, "preempt": False}
     assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
+    assert exp.rule_params() == {"deadline_guard": exp.deadline_guard.params()}
+
+
+def test_consolidation_is_off_unless_given(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, BASE)).consolidate is None
+    exp = load_experiment(write(tmp_path, BASE + "consolidate: {}\n"))
+    assert exp.rule_params() == {"consolidate": {"min_hold_s": 900.0, "max_reclaim_rate_per_h": 0.05,
+                                                 "restart_overhead_s": 60.0}}
 
 
 def test_eval_window_must_not_overlap_training(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from rlsched.envs.codec import ObservationCodec
+from rlsched.policies.consolidate import Consolidator
+from rlsched.policies.deadline_guard import DeadlineGuard
 from rlsched.policies.ppo import ModelError, PolicyModel, PpoScheduler
 from rlsched.policies.ppo_net import SlotScorer
 from rlsched.scenario import load_scenario
@@ -52,24 +54,32 @@ def test_corrupted_and_missing_files(folder: Path, tmp_path: Path) -> None:
         PolicyModel.load(folder)
 
 
-def test_deadline_guard_travels_with_the_model_folder(folder: Path, tmp_path: Path) -> None:
+def test_rules_travel_with_the_model_folder(folder: Path, tmp_path: Path) -> None:
     assert PolicyModel.load(folder).guard_params is None
-    assert PpoScheduler(PolicyModel.load(folder)).guard is None
+    assert PpoScheduler(PolicyModel.load(folder)).rules == []
     model = PolicyModel.load(folder)
     codec = model.new_codec()
-    PolicyModel.save(folder, model.net, codec, guard={"margin_frac": 0.1, "min_margin_s": 60.0})
+    PolicyModel.save(folder, model.net, codec, rules={"deadline_guard": {"margin_frac": 0.1, "min_margin_s": 60.0},
+                                                      "consolidate": {"min_hold_s": 1200.0}})
     loaded = PolicyModel.load(folder)
     assert loaded.guard_params == {"margin_frac": 0.1, "min_margin_s": 60.0}
+    assert loaded.rule_params["consolidate"] == {"min_hold_s": 1200.0}
     sched = PpoScheduler(loaded)
-    assert sched.guard is not None and sched.guard.margin_frac == pytest.approx(0.1)
-    assert PpoScheduler(loaded, use_guard=False).guard is None
+    guard, consolidator = sched.rules  # in acting order: the guard first
+    assert isinstance(guard, DeadlineGuard) and guard.margin_frac == pytest.approx(0.1)
+    assert isinstance(consolidator, Consolidator) and consolidator.min_hold_s == pytest.approx(1200.0)
+    assert PpoScheduler(loaded, use_rules=False).rules == []
     (folder / "deadline_guard.json").write_text('{"margin_frac": -1}')
     with pytest.raises(ModelError, match=r"deadline_guard\.json: corrupted"):
         PolicyModel.load(folder)
-    # saved again without a guard: the stale file goes, so the model is not served with it
+    (folder / "deadline_guard.json").write_text('{"margin_frac": 0.1}')
+    (folder / "consolidate.json").write_text('{"min_hold": 1}')
+    with pytest.raises(ModelError, match=r"consolidate\.json: corrupted"):
+        PolicyModel.load(folder)
+    # saved again without rules: the stale files go, so the model is not served with them
     PolicyModel.save(folder, model.net, codec)
-    assert not (folder / "deadline_guard.json").exists()
-    assert PolicyModel.load(folder).guard_params is None
+    assert not (folder / "deadline_guard.json").exists() and not (folder / "consolidate.json").exists()
+    assert PolicyModel.load(folder).rule_params == {}
 
 
 def test_signature_mismatch_is_refused(folder: Path) -> None:

@@ -1,0 +1,82 @@
+"""The rules a learned policy is trained and served behind.
+
+Some decisions are better made by a rule than learned: they are rare (a deadline job
+about to become unreachable), or they need a many-step plan the policy's one
+decision per step cannot express (suspend this job, place it there, release that
+node). A rule acts first at every decision point; the network acts on what it leaves.
+The same rules run in the environment after every advance of time during training
+(so PPO learns on the states serving will show) and in front of the network when the
+model is served, because a model saved with them carries their parameters - one JSON
+file per rule in its folder, named after the rule's experiment key.
+
+The rules, in the order they act:
+
+* ``deadline_guard`` - :class:`~rlsched.policies.deadline_guard.DeadlineGuard`: urgent
+  deadline jobs go to safe capacity (or have it bought, or have room made);
+* ``consolidate`` - :class:`~rlsched.policies.consolidate.Consolidator`: the jobs of a
+  lightly used elastic node move to busier ones so that the node can be released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from rlsched.cluster.decisions import Decision
+from rlsched.cluster.model import ClusterState
+from rlsched.policies.consolidate import Consolidator
+from rlsched.policies.deadline_guard import DeadlineGuard
+
+__all__ = ["RULES", "Rule", "build_rules", "rule_file"]
+
+
+class Rule(Protocol):
+    """What a rule is: a scheduler whose decisions are applied one by one as they are yielded."""
+
+    def reset(self, state: ClusterState) -> None: ...
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]: ...
+
+
+#: rule name (experiment key and model file stem) -> its class, in the order rules act
+RULES: dict[str, type[DeadlineGuard] | type[Consolidator]] = {
+    "deadline_guard": DeadlineGuard,
+    "consolidate": Consolidator,
+}
+
+RuleParams = Mapping[str, Mapping[str, Any] | None]
+
+
+def rule_file(name: str) -> str:
+    """The model-folder file that carries rule ``name``'s parameters."""
+    return f"{name}.json"
+
+
+def build_rules(params: RuleParams | None) -> list[Rule]:
+    """Fresh rules from ``{name: constructor arguments}`` (a None value: that rule is off).
+
+    Raises:
+        ValueError: an unknown rule name or bad arguments (naming the rule).
+    """
+    params = params or {}
+    unknown = sorted(set(params) - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown rule(s) {unknown}; known: {', '.join(RULES)}")
+    rules: list[Rule] = []
+    for name, cls in RULES.items():
+        args = params.get(name)
+        if args is None:
+            continue
+        try:
+            rules.append(cls(**args))
+        except TypeError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return rules
+
+
+def run_rules(rules: list[Rule], state: ClusterState) -> Iterator[Decision]:
+    """Every rule's decisions, in order (the caller applies each as it is yielded)."""
+    for rule in rules:
+        yield from rule.decide(state)
