@@ -89,12 +89,17 @@ class Row:
     report: Report
 
 
-def _policy(name: str) -> Any:
+def _policy(name: str, baseline_rules: str = "") -> Any:
     if name.startswith("ppo:"):
         from rlsched.policies.ppo import make_ppo_policy
 
         return make_ppo_policy(name[4:])
-    return make_policy(name)
+    policy = make_policy(name)
+    if baseline_rules and name != REFERENCE:
+        from rlsched.policies.rules import RuledScheduler, build_rules
+
+        return RuledScheduler(policy, build_rules({r: {} for r in baseline_rules.split(",")}))
+    return policy
 
 
 def run(args: argparse.Namespace) -> list[Row]:
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                 engine = Engine(pools, jobs, market, SimConfig(seed=args.seed),
                                 forecaster=forecast.new() if forecast else None,
                                 forecast_horizon_s=forecast.horizon_s if forecast else 3600.0)
-                report = engine.run(_policy(name))
+                report = engine.run(_policy(name, args.baseline_rules))
                 report.policy = name
                 print(f"  {pname:18s} {wl:7s} {name:20s} {time.perf_counter() - t0:6.1f}s", file=sys.stderr)
                 rows.append(Row(pname, wl, report))
@@ -207,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-factor", type=float, default=0.4,
                     help="rescale arrivals to this load of the fleet's maximum GPUs")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline-rules", default="",
+                    help="comma-separated rules (e.g. consolidate) put in front of every baseline but the "
+                         "reference, with default parameters")
     args = ap.parse_args(argv)
     args.periods = [p for p in args.periods.split(",") if p]
     args.workloads = [w for w in args.workloads.split(",") if w]
@@ -215,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [w for w in got if w not in known]
         if unknown:
             ap.error(f"unknown {kind} {unknown}; known: {sorted(known)}")
+    if args.baseline_rules:
+        from rlsched.policies.rules import build_rules
+
+        try:
+            build_rules({r: {} for r in args.baseline_rules.split(",")})
+        except ValueError as exc:
+            ap.error(f"--baseline-rules: {exc}")
     if REFERENCE not in args.policies:
         args.policies.insert(0, REFERENCE)
     if args.ppo:
@@ -225,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Fleet `{args.cluster}`, seed {args.seed}, {args.jobs} jobs per workload at load {args.load_factor:g}, "
           f"all preemptible; deadline = submit + {args.deadline_factor:g} x duration + {args.deadline_slack:g} s; "
           f"cost and JCT relative to {REFERENCE} (on-demand only). Periods: "
-          + "; ".join(f"`{p}` = {PERIODS[p].gpu}, {PERIODS[p].about}" for p in args.periods) + ".\n")
+          + "; ".join(f"`{p}` = {PERIODS[p].gpu}, {PERIODS[p].about}" for p in args.periods) + "."
+          + (f" Every baseline but the reference runs behind `{args.baseline_rules}` (default parameters)."
+             if args.baseline_rules else "") + "\n")
     print(table(rows))
     print("\nSummary over every period and workload (mean of the per-case ratios):\n")
     print(summary(rows))

@@ -1,13 +1,14 @@
-"""Time the deadline guard's scan per decision point while the spot policy replays real windows.
+"""Time the deadline guard's scan (and any other rule's) per decision point while the spot policy replays real windows.
 
 The guard (``rlsched/policies/deadline_guard.py``) looks at every queued deadline job at
-every decision point, so its cost grows with the queue. This replays the evaluation
-windows of an experiment (default ``experiments/spot.yaml``: Philly jobs, every one with
-a deadline, on spot + on-demand fleets) under a model folder that carries a guard
-(default ``models/spot``), and times the guard's part of each decision point: the
-``next()`` calls of its ``decide`` generator, each yielded decision applied by the
-engine in between (apply time excluded), as in serving. Prints p50/p99/max per
-decision point, overall and at the longest queues, and the exact command.
+every decision point, so its cost grows with the queue; node consolidation
+(``rlsched/policies/consolidate.py``) scans each elastic pool's nodes. This replays the
+evaluation windows of an experiment (default ``experiments/spot.yaml``: Philly jobs,
+every one with a deadline, on spot + on-demand fleets) under a model folder that
+carries a guard (default ``models/spot``), and times each rule's part of each decision
+point: the ``next()`` calls of its ``decide`` generator, each yielded decision applied
+by the engine in between (apply time excluded), as in serving. Prints, per rule,
+p50/p99/max per decision point, overall and at the longest queues, and the exact command.
 
     python benchmarks/guard_latency.py
 """
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from rlsched.errors import RlschedError
-    from rlsched.policies.deadline_guard import DeadlineGuard
     from rlsched.policies.ppo import PpoScheduler, load_policy_ref
+    from rlsched.policies.rules import RULES
     from rlsched.train.config import load_experiment
     from rlsched.train.evaluate import run_world
     from rlsched.train.forecasting import attach, fit_forecasters
@@ -82,23 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.max_windows > 0:
         worlds = worlds[: args.max_windows]
-    times: list[float] = []
-    queues: list[int] = []
+    names = [n for n in RULES if n in model.rule_params]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    queues: dict[str, list[int]] = {n: [] for n in names}
     for w in worlds:
         sched = PpoScheduler(model)
-        timed = TimedGuard(next(r for r in sched.rules if isinstance(r, DeadlineGuard)))
-        sched.rules = [timed if isinstance(r, DeadlineGuard) else r for r in sched.rules]
+        timed = [TimedGuard(r) for r in sched.rules]  # in acting order, as new_rules() builds them
+        sched.rules = list(timed)
         run_world(w, sched)
-        times += timed.times_us
-        queues += timed.queues
-    t, q = np.array(times), np.array(queues)
-    top = t[q >= np.percentile(q, 99)]
-    print("| windows | decision points | queue p50 / p99 / max | guard p50 | guard p99 | guard max | "
+        for n, rule in zip(names, timed, strict=True):
+            times[n] += rule.times_us
+            queues[n] += rule.queues
+    print("| rule | windows | decision points | queue p50 / p99 / max | p50 | p99 | max | "
           "p50 at the top 1% of queues |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    print(f"| {len(worlds)} | {len(t):,} | {np.median(q):.0f} / {np.percentile(q, 99):.0f} / {q.max()} | "
-          f"{np.percentile(t, 50):.1f} us | {np.percentile(t, 99):.1f} us | {t.max():.0f} us | "
-          f"{np.median(top):.1f} us |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    for n in names:
+        t, q = np.array(times[n]), np.array(queues[n])
+        top = t[q >= np.percentile(q, 99)]
+        print(f"| {n} | {len(worlds)} | {len(t):,} | {np.median(q):.0f} / {np.percentile(q, 99):.0f} / {q.max()} | "
+              f"{np.percentile(t, 50):.1f} us | {np.percentile(t, 99):.1f} us | {t.max():.0f} us | "
+              f"{np.median(top):.1f} us |")
     args_text = "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:]))
     print(f"\nCommand: `python benchmarks/guard_latency.py{args_text}`")
     return 0

@@ -129,7 +129,8 @@ class Consolidator:
 
     def _plan(self, state: ClusterState, src: Node, ready: list[Node]) -> list[tuple[JobRun, Node]] | None:
         """Where each job on ``src`` would go (None: the node is not a source)."""
-        runs = [state.running[j] for j in src.jobs if j in state.running]
+        # sorted: a node's jobs are a set, whose order would follow the interpreter's string hashing
+        runs = sorted((state.running[j] for j in src.jobs if j in state.running), key=lambda r: r.job.job_id)
         if not runs or len(runs) != len(src.jobs):
             return None
         longest = 0.0

@@ -27,7 +27,7 @@ from rlsched.cluster.model import ClusterState
 from rlsched.policies.consolidate import Consolidator
 from rlsched.policies.deadline_guard import DeadlineGuard
 
-__all__ = ["RULES", "Rule", "build_rules", "rule_file"]
+__all__ = ["RULES", "Rule", "RuledScheduler", "build_rules", "rule_file", "run_rules"]
 
 
 class Rule(Protocol):
@@ -80,3 +80,29 @@ def run_rules(rules: list[Rule], state: ClusterState) -> Iterator[Decision]:
     """Every rule's decisions, in order (the caller applies each as it is yielded)."""
     for rule in rules:
         yield from rule.decide(state)
+
+
+class RuledScheduler:
+    """Any scheduler with rules in front: each rule acts, then ``inner`` decides.
+
+    What :class:`~rlsched.policies.ppo.PpoScheduler` does with the rules a model was
+    trained behind, for schedulers that were not trained at all - e.g. a heuristic with
+    node consolidation, to see how much of a rule's saving any policy would get
+    (``benchmarks/cost_report.py --baseline-rules``).
+    """
+
+    def __init__(self, inner: Any, rules: list[Rule]) -> None:
+        self.inner = inner
+        self.rules = rules
+        self.name = str(getattr(inner, "name", "scheduler"))
+
+    def reset(self, state: ClusterState) -> None:
+        for rule in self.rules:
+            rule.reset(state)
+        reset = getattr(self.inner, "reset", None)
+        if callable(reset):
+            reset(state)
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        yield from run_rules(self.rules, state)
+        yield from self.inner.decide(state)

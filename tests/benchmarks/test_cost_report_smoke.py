@@ -37,3 +37,16 @@ def test_unknown_period_is_a_usage_error() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cost_report.py"), "--periods", "gcp-2019"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and "unknown periods ['gcp-2019']" in proc.stderr
+
+
+def test_baselines_behind_rules_and_an_unknown_rule() -> None:
+    base = [sys.executable, str(ROOT / "benchmarks" / "cost_report.py"), "--jobs", "40", "--periods",
+            "gcp-h100-2025-03", "--workloads", "openb", "--policies", "spot-greedy"]
+    proc = subprocess.run([*base, "--baseline-rules", "consolidate"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Every baseline but the reference runs behind `consolidate`" in proc.stdout
+    assert "| gcp-h100-2025-03 | openb | spot-greedy |" in proc.stdout
+    proc = subprocess.run([*base, "--baseline-rules", "consolidation"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert proc.returncode == 2 and "--baseline-rules: unknown rule(s) ['consolidation']" in proc.stderr

@@ -15,10 +15,10 @@ def test_guard_latency_prints_a_row_and_its_command(run_benchmark: Callable[...,
     pytest.importorskip("torch")
     proc = run_benchmark("guard_latency.py", "--experiment", str(spot_experiment))
     assert proc.returncode == 0, proc.stderr
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| 1 |"))
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| deadline_guard | 1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert int(cells[1].replace(",", "")) > 100  # decision points of a 12 h window of ~260 jobs
-    assert all(c.endswith("us") for c in cells[3:])
+    assert int(cells[2].replace(",", "")) > 100  # decision points of a 12 h window of ~260 jobs
+    assert all(c.endswith("us") for c in cells[4:])
     assert f"Command: `python benchmarks/guard_latency.py --experiment {spot_experiment}`" in proc.stdout
 
 

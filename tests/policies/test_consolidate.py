@@ -109,3 +109,44 @@ def test_gang_jobs_and_onprem_pools_stay() -> None:
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
         Consolidator(min_hold_s=-1.0)
+
+
+_TIES = """
+import sys
+sys.path.insert(0, {tests!r})
+from sim.helpers import FakeMarket, Greedy, job, pool
+from rlsched.cluster.model import PoolKind
+from rlsched.policies.consolidate import Consolidator
+from rlsched.sim.engine import Engine, SimConfig
+cons = Consolidator()
+jobs = [job(f"j{{i}}", 0, 10_000 if i % 3 else 1000, preemptible=True) for i in range(9)]
+e = Engine([pool("el", kind=PoolKind.ONDEMAND, nodes=3, lo=0, gpus=3)], jobs, FakeMarket(price=1.0),
+           SimConfig(oracle_durations=True))
+log = []
+def hook(state):
+    for d in cons.decide(state):
+        log.append((state.time, type(d).__name__, getattr(d, "job_id", None), getattr(d, "placement", None)))
+        yield d
+e.run(Greedy(scale=["el"], hook=hook))
+print(cons.moves, log)
+"""
+
+
+def test_moves_do_not_depend_on_string_hashing() -> None:
+    """A node's jobs are a set; the moves must not follow the interpreter's hash seed (training must be
+    reproducible). Three 3-GPU nodes, each left with two long jobs at 1,000 s: whichever node is the
+    source, its two jobs tie on size and go to the two others in the same order in every process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = _TIES.format(tests=str(Path(__file__).resolve().parents[1]))
+    outs = set()
+    for seed in ("0", "1", "2"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert proc.returncode == 0, proc.stderr
+        outs.add(proc.stdout)
+    assert len(outs) == 1, outs
+    assert not next(iter(outs)).startswith("0 ")  # something moved
