@@ -52,6 +52,8 @@ from rlsched.sim.engine import SimConfig
 from rlsched.sim.metrics import Report
 
 REFERENCE = "ondemand-autoscale"
+#: never put behind --baseline-rules: the reference, and a fleet provisioned for the peak by definition
+ON_DEMAND_ONLY = (REFERENCE, "ondemand-static")
 UNIFORM_PROGRESS = "uniform-progress"
 POLICIES = ("ondemand-static", "ondemand-autoscale", "spot-greedy", "spot-fallback", "uniform-progress")
 WORKLOADS = {
@@ -95,7 +97,7 @@ def _policy(name: str, baseline_rules: str = "") -> Any:
 
         return make_ppo_policy(name[4:])
     policy = make_policy(name)
-    if baseline_rules and name != REFERENCE:
+    if baseline_rules and name not in ON_DEMAND_ONLY:
         from rlsched.policies.rules import RuledScheduler, build_rules
 
         return RuledScheduler(policy, build_rules({r: {} for r in baseline_rules.split(",")}))
@@ -213,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="rescale arrivals to this load of the fleet's maximum GPUs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--baseline-rules", default="",
-                    help="comma-separated rules (e.g. consolidate) put in front of every baseline but the "
-                         "reference, with default parameters")
+                    help="comma-separated rules (e.g. consolidate) put in front of the spot baselines "
+                         "(not the on-demand-only ones), with default parameters")
     args = ap.parse_args(argv)
     args.periods = [p for p in args.periods.split(",") if p]
     args.workloads = [w for w in args.workloads.split(",") if w]
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
           f"all preemptible; deadline = submit + {args.deadline_factor:g} x duration + {args.deadline_slack:g} s; "
           f"cost and JCT relative to {REFERENCE} (on-demand only). Periods: "
           + "; ".join(f"`{p}` = {PERIODS[p].gpu}, {PERIODS[p].about}" for p in args.periods) + "."
-          + (f" Every baseline but the reference runs behind `{args.baseline_rules}` (default parameters)."
+          + (f" The spot baselines run behind `{args.baseline_rules}` (default parameters)."
              if args.baseline_rules else "") + "\n")
     print(table(rows))
     print("\nSummary over every period and workload (mean of the per-case ratios):\n")

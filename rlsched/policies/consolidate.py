@@ -93,8 +93,8 @@ class Consolidator:
 
     def _eligible_pool(self, state: ClusterState, pool: Pool) -> bool:
         spec = pool.spec
-        if not spec.kind.elastic or spec.sharing is not Sharing.EXCLUSIVE:
-            return False
+        if not spec.kind.elastic or spec.sharing is not Sharing.EXCLUSIVE or len(pool.nodes) <= spec.min_nodes:
+            return False  # (at its minimum, an emptied node could not be released)
         if spec.kind is PoolKind.SPOT:
             q = state.quotes.get(pool.name)
             if q is not None and q.reclaim_rate_per_hour > self.max_reclaim_rate_per_h:

@@ -59,9 +59,10 @@ room, and nothing on clusters without on-prem or on-demand capacity.
 Measured (BENCHMARKS.md, "The deadline guard", ``benchmarks/guard_effect.py``): served in
 front of the spot policy trained without it, misses per evaluation window 0.67 -> 0.50
 and per holdout window 2.5 -> 1.0 for about 1% more cost; with preemption, 0 on both.
-The shipped spot policy, trained behind the guard with preemption: 0.548x the
-on-demand-only cost and no misses (it leans on the guard: served without it, 3.1 misses
-per evaluation window).
+The shipped spot policy, trained behind the guard with preemption and node consolidation
+(:mod:`rlsched.policies.consolidate`, which acts after the guard): 0.510x the
+on-demand-only cost and no misses on the evaluation windows (it leans on the guard:
+served without its rules, 0.89 misses per evaluation window).
 """
 
 from __future__ import annotations
