@@ -70,6 +70,9 @@ class Consolidator:
         restart_overhead_s: seconds of work a move repeats (the engine's default belief).
     """
 
+    #: its moves pay only when the emptied node is released (see :class:`~rlsched.policies.rules.Rule`)
+    releases_nodes = True
+
     def __init__(self, min_hold_s: float = 900.0, max_reclaim_rate_per_h: float = 0.05,
                  restart_overhead_s: float = 60.0) -> None:
         if min_hold_s < 0 or max_reclaim_rate_per_h < 0 or restart_overhead_s < 0:

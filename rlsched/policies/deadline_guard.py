@@ -138,6 +138,9 @@ class DeadlineGuard:
         preempt: suspend a running job that can afford it for an urgent job nothing else can take.
     """
 
+    #: its placements stand on their own; buying on-demand is extra (see :class:`~rlsched.policies.rules.Rule`)
+    releases_nodes = False
+
     def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
                  max_step: int = 8, spot_last_resort: bool = True, preempt: bool = False) -> None:
         if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:

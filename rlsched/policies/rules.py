@@ -31,7 +31,13 @@ __all__ = ["RULES", "Rule", "RuledScheduler", "build_rules", "rule_file", "run_r
 
 
 class Rule(Protocol):
-    """What a rule is: a scheduler whose decisions are applied one by one as they are yielded."""
+    """What a rule is: a scheduler whose decisions are applied one by one as they are yielded.
+
+    ``releases_nodes``: its decisions only pay if the caller applies its scale-downs (a
+    caller that cannot - the live service, where plan/apply owns pool sizes - leaves it out).
+    """
+
+    releases_nodes: bool
 
     def reset(self, state: ClusterState) -> None: ...
 

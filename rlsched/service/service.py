@@ -59,7 +59,8 @@ SIGKILL before and after the re-split). A refused or failed reconfiguration is
 audited (one record), never fatal.
 The heuristics' own re-splitting stays off (layouts are the spec's; only a policy
 that emits ``Reconfigure`` changes them). Elastic scaling is plan/apply's business:
-``Scale`` decisions are recorded as not applied.
+``Scale`` decisions are recorded as not applied, and a served model's node consolidation
+(a rule that empties nodes to release them) is left out.
 """
 
 from __future__ import annotations
@@ -339,7 +340,12 @@ class SchedulerService:
             def load() -> Scheduler:
                 from rlsched.policies.ppo import make_ppo_policy  # torch only when a model is served
 
-                return make_ppo_policy(ref, name=label)
+                sched = make_ppo_policy(ref, name=label)
+                # This service does not scale pools (plan/apply does), so a rule whose moves only pay
+                # when the node they empty is released (node consolidation) would restart jobs for
+                # nothing - and, the node never going away, move them again at the next pass.
+                sched.rules = [r for r in sched.rules if not r.releases_nodes]
+                return sched
 
             primary = load
         else:

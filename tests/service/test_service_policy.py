@@ -95,3 +95,28 @@ def test_concurrent_submissions_never_share_a_device(tmp_path: Path) -> None:
         assert svc.store.check_invariants() == []
         assert all(svc.job_status(i)["attempts"] == 1 for i in ids)  # each launched exactly once
         assert svc.info()["loop_running"]
+
+
+def test_a_served_model_runs_its_deadline_guard_but_not_node_consolidation(tmp_path: Path) -> None:
+    """The live service does not scale pools, so consolidation - whose moves pay only when the node they
+    empty is released - is left out of a served model's rules; the deadline guard stays."""
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("torch")
+    from rlsched.policies.consolidate import Consolidator
+    from rlsched.policies.deadline_guard import DeadlineGuard
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "models" / "spot", tmp_path / "spot-model")
+    assert (tmp_path / "spot-model" / "consolidate.json").exists()
+    write_spec(tmp_path, scheduler="rl", model="spot-model")
+    with service(tmp_path) as svc:
+        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        until(svc, lambda: svc.job_status(job.id)["state"] == "done")
+        primary = svc._guard.primary if svc._guard is not None else None
+        assert primary is not None, svc.info()
+        rules = primary.rules  # type: ignore[attr-defined]
+        assert any(isinstance(r, DeadlineGuard) for r in rules)
+        assert not any(isinstance(r, Consolidator) for r in rules)
