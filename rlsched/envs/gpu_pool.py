@@ -143,7 +143,9 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
 
     ## Version History
 
-    * v0: initial version (codec version 1).
+    * v0: initial version (codec version 1); the codec's own version is in its signature
+      (``ObservationCodec.signature``). 2026-11-30: the ``deadline_guard`` argument became
+      ``rules`` (``{"deadline_guard": {...}}`` keeps the old behaviour).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}

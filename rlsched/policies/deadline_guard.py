@@ -301,9 +301,10 @@ class DeadlineGuard:
         (victims running only on that node), anywhere in one pool for a gang job larger
         than a node (any victims in the pool, their GPUs plus the pool's free ones). In
         each such room as few GPUs as possible are suspended - one victim that suffices,
-        else the largest first until the request is covered. Among rooms: safe capacity before spot, fewest GPUs
-        suspended, fewest victims, then most slack. Suspensions are graceful (a
-        checkpoint first), so a victim loses no work, only a restart overhead.
+        else the largest first until the request is covered. Among rooms: safe capacity
+        before spot, fewest GPUs suspended, fewest victims, then most slack. Suspensions
+        are graceful (a checkpoint first), so a victim loses no work, only a restart
+        overhead.
         """
         job = u.run.job
         if job.fractional or u.hopeless:
