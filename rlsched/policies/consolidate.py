@@ -55,7 +55,8 @@ from rlsched.cluster.checkpoint import progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, Scale
 from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import node_candidates, pool_allows
-from rlsched.cluster.model import ClusterState, JobRun, Node, NodeStatus, Pool, PoolKind, Sharing
+from rlsched.cluster.model import ClusterState, JobRun, Node, Pool, PoolKind, Sharing
+from rlsched.policies.autoscale import provisioning_gpus
 from rlsched.policies.deadline_guard import DeadlineGuard
 
 __all__ = ["Consolidator"]
@@ -91,27 +92,30 @@ class Consolidator:
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         """Move the jobs of at most one node per pool; the caller applies each decision as it is yielded."""
         for pool in list(state.pools.values()):
-            if self._eligible_pool(state, pool):
-                yield from self._consolidate(state, pool)
+            ready = self._surplus_ready(state, pool)
+            if ready is not None:
+                yield from self._consolidate(state, pool, ready)
 
-    def _eligible_pool(self, state: ClusterState, pool: Pool) -> bool:
+    def _surplus_ready(self, state: ClusterState, pool: Pool) -> list[Node] | None:
+        """The pool's ready nodes if it may be consolidated now (None: it may not)."""
         spec = pool.spec
         if not spec.kind.elastic or spec.sharing is not Sharing.EXCLUSIVE or len(pool.nodes) <= spec.min_nodes:
-            return False  # (at its minimum, an emptied node could not be released)
+            return None  # (at its minimum, an emptied node could not be released)
         if spec.kind is PoolKind.SPOT:
             q = state.quotes.get(pool.name)
             if q is not None and q.reclaim_rate_per_hour > self.max_reclaim_rate_per_h:
-                return False
+                return None
         ready = [n for n in pool.nodes.values() if n.ready]
         free = sum(n.free_whole for n in ready)
         if len(ready) < 2 or free < spec.gpus_per_node:
-            return False
+            return None
         # free GPUs a waiting job could take now are not surplus
-        return not any(pool_allows(r.job, spec) and r.job.num_gpus <= free for r in state.queue.values())
+        if any(pool_allows(r.job, spec) and r.job.num_gpus <= free for r in state.queue.values()):
+            return None
+        return ready
 
-    def _consolidate(self, state: ClusterState, pool: Pool) -> Iterator[Decision]:
+    def _consolidate(self, state: ClusterState, pool: Pool, ready: list[Node]) -> Iterator[Decision]:
         size = pool.spec.gpus_per_node
-        ready = [n for n in pool.nodes.values() if n.ready]
         sources = sorted((n for n in ready if n.jobs), key=lambda n: (size - n.free_whole, -n.requested_at))
         for src in sources:
             plan = self._plan(state, src, ready)
@@ -127,8 +131,7 @@ class Consolidator:
                 if found:
                     self.moves += 1
                     yield Place(jid, found[0])
-            if len(pool.nodes) > pool.spec.min_nodes and not any(
-                    n.status is NodeStatus.PROVISIONING for n in pool.nodes.values()):
+            if provisioning_gpus(pool) == 0:  # (above its minimum: _surplus_ready checked)
                 yield Scale(pool.name, -1)
             return
 

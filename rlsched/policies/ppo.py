@@ -39,7 +39,7 @@ from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.envs.codec import ObservationCodec
 from rlsched.errors import RlschedError
 from rlsched.policies.ppo_numpy import NumpySlotScorer
-from rlsched.policies.rules import RULES, Rule, RuleParams, build_rules, rule_file
+from rlsched.policies.rules import RULES, Rule, RuleParams, build_rules, rule_file, run_rules
 
 POLICY_FILE = "policy.pt"
 CODEC_FILE = "codec.json"
@@ -268,8 +268,7 @@ def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: C
     made. A trained policy and a behaviour-cloning teacher both run through it, so they
     act exactly as the environment let them during training.
     """
-    for rule in rules:
-        yield from rule.decide(state)
+    yield from run_rules(rules, state)
     # Follow the state so that one step's mask/only_wait/encode/decode share one cache
     # refresh; everything is invalidated before each step (the caller may have changed
     # anything while this generator was suspended), so the results equal an untracked codec's.

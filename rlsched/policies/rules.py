@@ -19,7 +19,7 @@ The rules, in the order they act:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from rlsched.cluster.decisions import Decision
@@ -75,14 +75,12 @@ def build_rules(params: RuleParams | None) -> list[Rule]:
             continue
         try:
             rules.append(cls(**args))
-        except TypeError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"{name}: {exc}") from None
     return rules
 
 
-def run_rules(rules: list[Rule], state: ClusterState) -> Iterator[Decision]:
+def run_rules(rules: Sequence[Rule], state: ClusterState) -> Iterator[Decision]:
     """Every rule's decisions, in order (the caller applies each as it is yielded)."""
     for rule in rules:
         yield from rule.decide(state)

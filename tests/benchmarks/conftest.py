@@ -18,7 +18,7 @@ SPOT_EXPERIMENT = """
 name: bench-smoke
 scenarios:
   - name: small-spot
-    scenario:
+    scenario: &world
       cluster: "spot:0-4x8xA100-80GB,ondemand:0-2x8xA100-80GB"
       workload: [{path: "bundled:philly-3day.csv"}]
       preemptible: all
@@ -27,13 +27,8 @@ scenarios:
     train_window_h: [0, 6]
     eval_windows_h: [[12, 24]]
 holdout:
-  - name: small-spot-later
-    scenario:
-      cluster: "spot:0-4x8xA100-80GB,ondemand:0-2x8xA100-80GB"
-      workload: [{path: "bundled:philly-3day.csv"}]
-      preemptible: all
-      deadline_factor: 3
-      deadline_slack_s: 3600
+  - name: small-spot-later   # the same world, a later window
+    scenario: *world
     eval_windows_h: [[30, 42]]
 eval_max_jobs: 200
 """
