@@ -78,6 +78,7 @@ from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
 from rlsched.policies.autoscale import headroom, provisioning_gpus, scale_for_demand
 from rlsched.policies.spot import place_in_tiers
+from rlsched.policies.victims import fewest_gpus, held_gpus
 
 __all__ = ["DeadlineGuard", "Urgency"]
 
@@ -345,10 +346,10 @@ class DeadlineGuard:
             else:
                 pool = state.pools[state.nodes[name].pool]
                 free = state.nodes[name].free_whole
-            chosen = _fewest_gpus(eligible, job.num_gpus - free)
+            chosen = fewest_gpus(eligible, job.num_gpus - free)
             if not chosen:
                 continue
-            key = (1.0 if pool.spec.kind is PoolKind.SPOT else 0.0, float(sum(_gpus(v) for v in chosen)),
+            key = (1.0 if pool.spec.kind is PoolKind.SPOT else 0.0, float(sum(held_gpus(v) for v in chosen)),
                    float(len(chosen)), -min(s for _, s in chosen))
             if best_key is None or key < best_key:
                 best, best_key = [r for r, _ in chosen], key
@@ -369,30 +370,3 @@ class DeadlineGuard:
             if k < key:
                 best, key = pool, k
         return best
-
-
-def _gpus(v: tuple[JobRun, float]) -> int:
-    """Whole GPUs a victim (run, slack) holds."""
-    return len(v[0].placement.gpus) if v[0].placement is not None else 0
-
-
-def _fewest_gpus(eligible: list[tuple[JobRun, float]], deficit: int) -> list[tuple[JobRun, float]]:
-    """Victims (run, slack) whose GPUs cover ``deficit``; empty when all of them together fall short.
-
-    One victim that covers it alone if any (fewest GPUs, then most slack); otherwise the
-    largest first (most slack on ties) until covered - greedy, so it may suspend a GPU
-    or two more than the least possible subset would, in exchange for a linear pass
-    over a pool's running jobs. A ``deficit`` <= 0 (enough GPUs free, the room short of
-    CPU or memory) takes the smallest victim.
-    """
-    single = [v for v in eligible if _gpus(v) >= deficit]
-    if single:
-        return [min(single, key=lambda v: (_gpus(v), -v[1]))]
-    chosen: list[tuple[JobRun, float]] = []
-    covered = 0
-    for v in sorted(eligible, key=lambda v: (-_gpus(v), -v[1])):
-        chosen.append(v)
-        covered += _gpus(v)
-        if covered >= deficit:
-            return chosen
-    return []

@@ -117,7 +117,8 @@ class Tiresias(QueueHeuristic):
     *higher* queue yielded their GPUs preempts them (gracefully: they checkpoint
     and requeue, keeping their attained service). The scheduler wakes itself when
     a running job crosses a threshold so that demotion takes effect. Needs no
-    duration estimate. Preemption is limited to whole-GPU pools.
+    duration estimate. Preemption is limited to whole-GPU pools and to jobs that
+    declare themselves ``preemptible`` (as every other preempting rule here).
     """
 
     name = "tiresias"
@@ -151,7 +152,7 @@ class Tiresias(QueueHeuristic):
             q = self._queue(run.attained)
             victims = [
                 r for r in state.running.values()
-                if r.placement is not None and self._queue(self._attained(state, r)) > q
+                if r.placement is not None and r.job.preemptible and self._queue(self._attained(state, r)) > q
                 and state.pools[r.placement.pool].spec.sharing is Sharing.EXCLUSIVE
             ]
             if victims:

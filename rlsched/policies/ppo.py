@@ -8,10 +8,10 @@ A model folder (``models/<name>/``) holds:
 * ``card.json`` / ``MODEL_CARD.md`` - the model card (training data, steps, seed,
   wall time, metrics against every heuristic, MLflow run id);
 * ``forecaster.json`` (optional) - the demand forecaster it was trained with;
-* ``deadline_guard.json``, ``consolidate.json`` (optional) - the parameters of the rules
-  it was trained behind (:mod:`rlsched.policies.rules`: the deadline guard, node
-  consolidation); :class:`PpoScheduler` runs them before the network at every
-  decision point, as the training environment did.
+* ``deadline_guard.json``, ``consolidate.json``, ``preempt_long.json`` (optional) - the
+  parameters of the rules it was trained behind (:mod:`rlsched.policies.rules`: the
+  deadline guard, node consolidation, long-job preemption); :class:`PpoScheduler` runs
+  them before the network at every decision point, as the training environment did.
 
 Serving uses neither SB3's ``predict`` nor torch: the weights are exported
 once, when the model is built, to :class:`~rlsched.policies.ppo_numpy.NumpySlotScorer`,

@@ -14,7 +14,9 @@ The rules, in the order they act:
 * ``deadline_guard`` - :class:`~rlsched.policies.deadline_guard.DeadlineGuard`: urgent
   deadline jobs go to safe capacity (or have it bought, or have room made);
 * ``consolidate`` - :class:`~rlsched.policies.consolidate.Consolidator`: the jobs of a
-  lightly used elastic node move to busier ones so that the node can be released.
+  lightly used elastic node move to busier ones so that the node can be released;
+* ``preempt_long`` - :class:`~rlsched.policies.preempt_long.LongJobPreemption`: a short
+  job that cannot start anywhere has a far longer preemptible job suspended for it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState
 from rlsched.policies.consolidate import Consolidator
 from rlsched.policies.deadline_guard import DeadlineGuard
+from rlsched.policies.preempt_long import LongJobPreemption
 
 __all__ = ["RULES", "Rule", "RuledScheduler", "build_rules", "rule_file", "run_rules"]
 
@@ -45,9 +48,10 @@ class Rule(Protocol):
 
 
 #: rule name (experiment key and model file stem) -> its class, in the order rules act
-RULES: dict[str, type[DeadlineGuard] | type[Consolidator]] = {
+RULES: dict[str, type[DeadlineGuard] | type[Consolidator] | type[LongJobPreemption]] = {
     "deadline_guard": DeadlineGuard,
     "consolidate": Consolidator,
+    "preempt_long": LongJobPreemption,
 }
 
 RuleParams = Mapping[str, Mapping[str, Any] | None]

@@ -35,6 +35,8 @@ An experiment names what to train on and how (keys not listed are errors with a
                                         # (training and serving alike; see rlsched.policies.deadline_guard)
     consolidate: {min_hold_s: 900}      # optional: empty and release lightly used elastic nodes
                                         # (training and serving alike; see rlsched.policies.consolidate)
+    preempt_long: {factor: 10}          # optional: suspend far longer jobs for blocked short ones
+                                        # (training and serving alike; see rlsched.policies.preempt_long)
     output: ../models/default           # model folder written at the end
 
 Relative paths are relative to the experiment file.
@@ -179,6 +181,34 @@ class ConsolidateParams:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class PreemptLongParams:
+    """Long-job preemption trained and served with the policy (:mod:`rlsched.policies.preempt_long`).
+
+    Absent: none. Present: it runs after the other rules at every decision point of
+    training, teacher rollouts, evaluation and serving (``preempt_long.json``).
+    """
+
+    factor: float = 10.0
+    min_gain_gpu_s: float = 3600.0
+    scan: int = 4
+    restart_overhead_s: float = 60.0
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of :class:`~rlsched.policies.preempt_long.LongJobPreemption`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
+#: schema. Kept here rather than derived from RULES so that reading an experiment does not import
+#: the policies; a test checks that both name the same rules in the same order.
+RULE_PARAMS: dict[str, type[GuardParams] | type[ConsolidateParams] | type[PreemptLongParams]] = {
+    "deadline_guard": GuardParams,
+    "consolidate": ConsolidateParams,
+    "preempt_long": PreemptLongParams,
+}
+
+
 SMOOTHED_SEASONAL_KEYS = ("origin_epoch_s", "season", "tau_s", "prior_weight", "class_prior_weight",
                           "level_floor", "level_ceiling", "shrink_hours")
 
@@ -207,13 +237,14 @@ class Experiment:
     forecast: ForecastParams = field(default_factory=ForecastParams)
     deadline_guard: GuardParams | None = None
     consolidate: ConsolidateParams | None = None
+    preempt_long: PreemptLongParams | None = None
     output: str = ""
     source: str = ""
 
     def rule_params(self) -> dict[str, dict[str, Any]]:
         """The rules the policy is trained and served behind: ``{rule name: constructor arguments}``."""
-        return {name: p.params() for name, p in (("deadline_guard", self.deadline_guard),
-                                                  ("consolidate", self.consolidate)) if p is not None}
+        rules = ((name, getattr(self, name)) for name in RULE_PARAMS)
+        return {name: p.params() for name, p in rules if p is not None}
 
     def flat_params(self) -> dict[str, Any]:
         """Parameters for MLflow (nested keys joined with dots)."""
@@ -392,8 +423,8 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
-        deadline_guard=_rule("deadline_guard", data.get("deadline_guard"), GuardParams),
-        consolidate=_rule("consolidate", data.get("consolidate"), ConsolidateParams), output=out, source=str(path),
+        **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
+        output=out, source=str(path),
     )
     from rlsched.train.teacher import TEACHERS
 

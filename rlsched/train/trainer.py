@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlsched.errors import RlschedError
-from rlsched.train.config import Experiment
+from rlsched.train.config import RULE_PARAMS, Experiment
 from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference
 from rlsched.train.forecasting import (
     FORECASTER_FILE,
@@ -45,6 +45,14 @@ class TrainResult:
     holdout: dict[str, Any] | None
     run_id: str | None
     version: int | None
+
+
+#: how the card names each rule and says where it acts
+_RULE_LINES = (
+    ("deadline_guard", "deadline guard", "runs before the network at every decision point, in training and serving"),
+    ("consolidate", "node consolidation", "runs after the guard, before the network"),
+    ("preempt_long", "long-job preemption", "runs after the other rules, before the network"),
+)
 
 
 def _git_commit() -> str:
@@ -529,8 +537,7 @@ def train(
             "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
             "command": f"rlsched train {exp.source}",
             "forecast": forecast_card,
-            "deadline_guard": exp.rule_params().get("deadline_guard"),
-            "consolidate": exp.rule_params().get("consolidate"),
+            **{name: exp.rule_params().get(name) for name in RULE_PARAMS},
         }
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
@@ -606,10 +613,7 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
-        *([f"- deadline guard: {card['deadline_guard']} (runs before the network at every decision point, "
-           "in training and serving; `deadline_guard.json`)"] if card.get("deadline_guard") else []),
-        *([f"- node consolidation: {card['consolidate']} (runs after the guard, before the network; "
-           "`consolidate.json`)"] if card.get("consolidate") else []),
+        *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
         "",
         f"On the evaluation windows the policy's mean JCT is {rel.get('jct_vs_weighted_priority', float('nan')):.3f}x "
         f"weighted-priority's at {rel.get('cost_vs_weighted_priority', float('nan')):.3f}x its cost.",

@@ -180,7 +180,7 @@ def test_sjf_oracle_uses_true_durations() -> None:
 
 
 def test_tiresias_preempts_a_long_running_job_for_a_new_one() -> None:
-    jobs = [job("long", 0, 1000), job("new", 200, 10)]
+    jobs = [job("long", 0, 1000, preemptible=True), job("new", 200, 10)]
     pol = make_policy("tiresias", thresholds=(50.0,))
     e, r, rec = _run([pool("p")], jobs, pol, restart_overhead_s=60.0)
     assert any(isinstance(d, Preempt) and d.job_id == "long" for _, d in rec.log)
@@ -196,8 +196,15 @@ def test_tiresias_preempts_a_long_running_job_for_a_new_one() -> None:
     assert r.preemptions == 0
 
 
+def test_tiresias_never_preempts_a_job_that_is_not_preemptible() -> None:
+    jobs = [job("long", 0, 1000), job("new", 200, 10)]
+    e, r, _ = _run([pool("p")], jobs, make_policy("tiresias", thresholds=(50.0,)))
+    assert r.preemptions == 0
+    assert e.runs["new"].first_start == pytest.approx(1000.0)
+
+
 def test_tiresias_does_not_preempt_within_the_same_queue() -> None:
-    jobs = [job("long", 0, 1000), job("new", 20, 10)]
+    jobs = [job("long", 0, 1000, preemptible=True), job("new", 20, 10)]
     e, r, _ = _run([pool("p")], jobs, make_policy("tiresias", thresholds=(50.0,)))
     # At t=20 the running job has attained only 20 < 50 GPU-s: same queue, no preemption ...
     assert e.runs["new"].first_start >= 50.0  # type: ignore[operator]

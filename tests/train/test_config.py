@@ -65,6 +65,8 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("consolidate: {min_hold: 60}\n", "did you mean 'min_hold_s'"),
         ("consolidate: {min_hold_s: -1}\n", "consolidate: min_hold_s"),
         ("consolidate: yes\n", "consolidate: expected a mapping"),
+        ("preempt_long: {factr: 5}\n", "did you mean 'factor'"),
+        ("preempt_long: {factor: 0.5}\n", "preempt_long: factor must be >= 1"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
@@ -87,6 +89,20 @@ def test_consolidation_is_off_unless_given(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path, BASE + "consolidate: {}\n"))
     assert exp.rule_params() == {"consolidate": {"min_hold_s": 900.0, "max_reclaim_rate_per_h": 0.05,
                                                  "restart_overhead_s": 60.0}}
+
+
+def test_long_job_preemption_is_off_unless_given(tmp_path: Path) -> None:
+    assert load_experiment(write(tmp_path, BASE)).preempt_long is None
+    exp = load_experiment(write(tmp_path, BASE + "preempt_long: {factor: 20}\n"))
+    assert exp.rule_params() == {"preempt_long": {"factor": 20.0, "min_gain_gpu_s": 3600.0, "scan": 4,
+                                                  "restart_overhead_s": 60.0}}
+
+
+def test_every_rule_has_an_experiment_key_in_acting_order() -> None:
+    from rlsched.policies.rules import RULES
+    from rlsched.train.config import RULE_PARAMS
+
+    assert list(RULE_PARAMS) == list(RULES)
 
 
 def test_eval_window_must_not_overlap_training(tmp_path: Path) -> None:
