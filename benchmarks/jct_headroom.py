@@ -30,6 +30,7 @@ import argparse
 import shlex
 import statistics
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "sjf+preempt=2/0,sjf+preempt=10,ppo")
     ap.add_argument("--windows", choices=("evaluation", "holdout", "training"), default="evaluation")
     ap.add_argument("--max-windows", type=int, default=0, help="only the first N windows (0 = all)")
+    ap.add_argument("--repeat", type=int, default=1, help="replay each variant N times; wall time is the median")
     ap.add_argument("--preemptible", choices=("trace", "all", "none"), default="trace",
                     help="keep each job's preemptible flag, or declare every job preemptible / not")
     args = ap.parse_args(argv)
@@ -134,19 +136,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     base = [run_world(w, scheduler("weighted-priority", args.model)).result()["mean_jct_s"] for w in worlds]
     print(f"{len(worlds)} {args.windows} windows of {args.experiment} (preemptible: {args.preemptible})\n")
-    print("| variant | mean JCT vs weighted-priority | per-window range | restarts / window | lost GPU-h / window |")
-    print("|---|---:|---:|---:|---:|")
+    print("| variant | mean JCT vs weighted-priority | per-window range | restarts / window | lost GPU-h / window "
+          "| replay s (all windows) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for v in variants:
         _, oracle, _ = parse_variant(v)
-        jct, restarts, lost = [], [], []
-        for w in worlds:
-            r = run_world(w, scheduler(v, args.model), oracle_durations=oracle).result()
-            jct.append(r["mean_jct_s"])
-            restarts.append(r["restarts"])
-            lost.append(r["lost_gpu_hours"])
+        walls = []
+        for _ in range(max(args.repeat, 1)):  # (replays are deterministic: every repeat gives the same results)
+            jct, restarts, lost = [], [], []
+            t0 = time.perf_counter()
+            for w in worlds:
+                r = run_world(w, scheduler(v, args.model), oracle_durations=oracle).result()
+                jct.append(r["mean_jct_s"])
+                restarts.append(r["restarts"])
+                lost.append(r["lost_gpu_hours"])
+            walls.append(time.perf_counter() - t0)
         ratios = [a / b for a, b in zip(jct, base, strict=True)]
         print(f"| {v} | {statistics.fmean(jct) / statistics.fmean(base):.3f} | {min(ratios):.2f}-{max(ratios):.2f} | "
-              f"{statistics.fmean(restarts):.1f} | {statistics.fmean(lost):.2f} |", flush=True)
+              f"{statistics.fmean(restarts):.1f} | {statistics.fmean(lost):.2f} | {statistics.median(walls):.1f} |",
+              flush=True)
     args_text = "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:]))
     print(f"\nCommand: `python benchmarks/jct_headroom.py{args_text}`")
     return 0

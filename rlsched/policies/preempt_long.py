@@ -89,8 +89,14 @@ class LongJobPreemption:
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         """Suspend victims and place the candidate, for up to ``scan`` blocked short jobs."""
-        if not state.queue or not state.running or not self._any_victim(state):
+        if not state.queue or not state.running:
             return
+        suspendable = self._suspendable(state)
+        if not suspendable:
+            return
+        longest = max(theirs for _, _, theirs in suspendable)
+        if longest < self.min_gain_gpu_s:
+            return  # no running job is long enough to be worth a restart for anyone
         size = max((p.spec.gpus_per_node for p in state.pools.values()
                     if p.spec.sharing is Sharing.EXCLUSIVE), default=0)
         # Any queued job may be a candidate (only victims must be preemptible); a few more than
@@ -100,14 +106,23 @@ class LongJobPreemption:
             (r for r in state.queue.values() if not r.job.fractional and 0 < r.job.num_gpus <= size),
             key=lambda r: (self.remaining_gpu_s(state, r), r.job.submit_time),
         )
+        fits: dict[object, bool] = {}  # per request shape, until capacity changes
         tried = 0
         for run in short:
             if tried >= self.scan:
                 return
-            if run.job.job_id not in state.queue or self._fits_now(state, run):
+            if run.job.job_id not in state.queue:
+                continue
+            shape = run.shape
+            if shape not in fits:
+                fits[shape] = self._fits_now(state, run)
+            if fits[shape]:
                 continue
             tried += 1
-            room = self.victims(state, run)
+            threshold = self._threshold(state, run)
+            if threshold > longest:
+                return  # candidates come shortest first: no later one can find a victim either
+            room = self._room(state, run, threshold, suspendable)
             if room is None:
                 continue
             node_id, victims = room
@@ -118,36 +133,55 @@ class LongJobPreemption:
             found = node_candidates(state.nodes[node_id], run.job, state.time)
             if found:
                 yield Place(run.job.job_id, found[0])
+            gone = {v.job.job_id for v in victims}
+            suspendable = [s for s in suspendable if s[0].job.job_id not in gone]
+            fits.clear()  # suspensions freed GPUs, the placement took some
 
-    @staticmethod
-    def _any_victim(state: ClusterState) -> bool:
-        return any(r.job.preemptible and r.job.deadline is None for r in state.running.values())
+    def victims(self, state: ClusterState, run: JobRun) -> tuple[str, list[JobRun]] | None:
+        """The node where ``run`` should start and the running jobs to suspend there (None: none qualify)."""
+        return self._room(state, run, self._threshold(state, run), self._suspendable(state))
+
+    def _threshold(self, state: ClusterState, run: JobRun) -> float:
+        """The believed remaining GPU-seconds a victim of ``run`` must have at least."""
+        mine = self.remaining_gpu_s(state, run)
+        return max(self.factor * mine, mine + self.min_gain_gpu_s)
+
+    def _suspendable(self, state: ClusterState) -> list[tuple[JobRun, str, float]]:
+        """Running jobs this rule may suspend: ``(run, its node, believed remaining GPU-seconds)``.
+
+        Preemptible, no deadline, whole GPUs of one node of an exclusive pool. Computed once
+        per decision point: every candidate filters the same list.
+        """
+        out = []
+        for other in state.running.values():
+            ojob, pl = other.job, other.placement
+            if not ojob.preemptible or ojob.deadline is not None or pl is None or pl.slice_start is not None:
+                continue
+            if ojob.fractional or state.pools[pl.pool].spec.sharing is not Sharing.EXCLUSIVE:
+                continue
+            nodes = {node_id for node_id, _ in pl.gpus}
+            if len(nodes) == 1:
+                out.append((other, next(iter(nodes)), self.remaining_gpu_s(state, other)))
+        return out
 
     @staticmethod
     def _fits_now(state: ClusterState, run: JobRun) -> bool:
         return any(pool_candidates(pool, run.job, state.time, first=True) for pool in state.pools.values())
 
-    def victims(self, state: ClusterState, run: JobRun) -> tuple[str, list[JobRun]] | None:
-        """The node where ``run`` should start and the running jobs to suspend there (None: none qualify)."""
+    @staticmethod
+    def _room(state: ClusterState, run: JobRun, threshold: float,
+              suspendable: list[tuple[JobRun, str, float]]) -> tuple[str, list[JobRun]] | None:
+        """Among nodes of pools ``run`` may use, the one where the fewest GPUs of jobs at least
+        ``threshold`` long must be suspended (then fewest jobs, then the longest)."""
         job = run.job
-        mine = self.remaining_gpu_s(state, run)
-        threshold = max(self.factor * mine, mine + self.min_gain_gpu_s)
         rooms: dict[str, list[tuple[JobRun, float]]] = {}
-        for other in state.running.values():
-            ojob, pl = other.job, other.placement
-            if not ojob.preemptible or ojob.deadline is not None or pl is None or pl.slice_start is not None:
+        for other, node_id, theirs in suspendable:
+            if theirs < threshold:
                 continue
-            if ojob.fractional:
-                continue
-            spec = state.pools[pl.pool].spec
-            if spec.sharing is not Sharing.EXCLUSIVE or not pool_allows(job, spec) or job.num_gpus > spec.gpus_per_node:
-                continue
-            nodes = {node_id for node_id, _ in pl.gpus}
-            if len(nodes) != 1:
-                continue
-            theirs = self.remaining_gpu_s(state, other)
-            if theirs >= threshold:
-                rooms.setdefault(next(iter(nodes)), []).append((other, theirs))
+            assert other.placement is not None
+            spec = state.pools[other.placement.pool].spec
+            if pool_allows(job, spec) and job.num_gpus <= spec.gpus_per_node:
+                rooms.setdefault(node_id, []).append((other, theirs))
         best: tuple[str, list[JobRun]] | None = None
         best_key: tuple[float, ...] | None = None
         for node_id, eligible in sorted(rooms.items()):
