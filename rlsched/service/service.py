@@ -60,7 +60,8 @@ audited (one record), never fatal.
 The heuristics' own re-splitting stays off (layouts are the spec's; only a policy
 that emits ``Reconfigure`` changes them). Elastic scaling is plan/apply's business:
 ``Scale`` decisions are recorded as not applied, and a served model's node consolidation
-(a rule that empties nodes to release them) is left out.
+(a rule that empties nodes to release them) is left out; its other rules (the deadline
+guard, long-job preemption) run.
 """
 
 from __future__ import annotations

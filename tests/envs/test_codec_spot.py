@@ -118,3 +118,25 @@ def test_the_environment_runs_consolidation_before_the_agent_and_refuses_unknown
         _, _, done, _, info = env.step(action)
     assert sum(r.restarts for r in env.engine.runs.values()) == 1
     assert info["report"]["jobs_completed"] == 4
+
+
+def test_the_environment_runs_long_job_preemption_before_the_agent() -> None:
+    # tests/policies/test_preempt_long.py's base case: one GPU, a 100,000 s preemptible job running,
+    # a 100 s job arriving at 1,000 s. The agent only places what fits and otherwise waits; the rule
+    # suspends the long job and starts the short one before the agent sees the state.
+    from rlsched.envs import GpuPoolEnv
+    from rlsched.scenario import Scenario
+
+    jobs = [job("long", 0, 100_000, preemptible=True), job("short", 1000, 100)]
+    sc = Scenario("long-and-short", [pool("p")], jobs, FakeMarket(), SimConfig(oracle_durations=True))
+    env = GpuPoolEnv(sc, window=4, max_pools=1, rules={"preempt_long": {}})
+    env.reset(seed=0)
+    done = False
+    while not done:
+        mask = env.action_masks()
+        place = [a for a in range(env.codec.reconfigure_offset) if mask[a]]
+        _, _, done, _, info = env.step(place[0] if place else env.codec.wait_action)
+    runs = env.engine.runs
+    assert runs["long"].restarts == 1 and runs["short"].restarts == 0
+    assert runs["short"].finish_time == pytest.approx(1100.0)
+    assert info["report"]["jobs_completed"] == 2

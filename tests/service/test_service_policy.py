@@ -97,7 +97,7 @@ def test_concurrent_submissions_never_share_a_device(tmp_path: Path) -> None:
         assert svc.info()["loop_running"]
 
 
-def test_a_served_model_runs_its_deadline_guard_but_not_node_consolidation(tmp_path: Path) -> None:
+def test_a_served_model_runs_its_guard_and_long_job_preemption_but_not_node_consolidation(tmp_path: Path) -> None:
     """The live service does not scale pools, so consolidation - whose moves pay only when the node they
     empty is released - is left out of a served model's rules; the deadline guard stays."""
     import shutil
@@ -107,10 +107,13 @@ def test_a_served_model_runs_its_deadline_guard_but_not_node_consolidation(tmp_p
     pytest.importorskip("torch")
     from rlsched.policies.consolidate import Consolidator
     from rlsched.policies.deadline_guard import DeadlineGuard
+    from rlsched.policies.preempt_long import LongJobPreemption
 
     root = Path(__file__).resolve().parents[2]
     shutil.copytree(root / "models" / "spot", tmp_path / "spot-model")
     assert (tmp_path / "spot-model" / "consolidate.json").exists()
+    # long-job preemption needs no scale-down: a model carrying it is served with it
+    (tmp_path / "spot-model" / "preempt_long.json").write_text('{"factor": 10}')
     write_spec(tmp_path, scheduler="rl", model="spot-model")
     with service(tmp_path) as svc:
         job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
@@ -119,4 +122,5 @@ def test_a_served_model_runs_its_deadline_guard_but_not_node_consolidation(tmp_p
         assert primary is not None, svc.info()
         rules = primary.rules  # type: ignore[attr-defined]
         assert any(isinstance(r, DeadlineGuard) for r in rules)
+        assert any(isinstance(r, LongJobPreemption) for r in rules)
         assert not any(isinstance(r, Consolidator) for r in rules)

@@ -15,6 +15,7 @@ from rlsched.policies.consolidate import Consolidator
 from rlsched.policies.deadline_guard import DeadlineGuard
 from rlsched.policies.ppo import ModelError, PolicyModel, PpoScheduler
 from rlsched.policies.ppo_net import SlotScorer
+from rlsched.policies.preempt_long import LongJobPreemption
 from rlsched.scenario import load_scenario
 from rlsched.sim import Engine, SimConfig
 
@@ -60,12 +61,14 @@ def test_rules_travel_with_the_model_folder(folder: Path, tmp_path: Path) -> Non
     model = PolicyModel.load(folder)
     codec = model.new_codec()
     PolicyModel.save(folder, model.net, codec, rules={"deadline_guard": {"margin_frac": 0.1, "min_margin_s": 60.0},
-                                                      "consolidate": {"min_hold_s": 1200.0}})
+                                                      "consolidate": {"min_hold_s": 1200.0},
+                                                      "preempt_long": {"factor": 20.0}})
     loaded = PolicyModel.load(folder)
     assert loaded.guard_params == {"margin_frac": 0.1, "min_margin_s": 60.0}
     assert loaded.rule_params["consolidate"] == {"min_hold_s": 1200.0}
     sched = PpoScheduler(loaded)
-    guard, consolidator = sched.rules  # in acting order: the guard first
+    guard, consolidator, preempt = sched.rules  # in acting order: the guard first
+    assert isinstance(preempt, LongJobPreemption) and preempt.factor == pytest.approx(20.0)
     assert isinstance(guard, DeadlineGuard) and guard.margin_frac == pytest.approx(0.1)
     assert isinstance(consolidator, Consolidator) and consolidator.min_hold_s == pytest.approx(1200.0)
     assert PpoScheduler(loaded, use_rules=False).rules == []
@@ -78,7 +81,7 @@ def test_rules_travel_with_the_model_folder(folder: Path, tmp_path: Path) -> Non
         PolicyModel.load(folder)
     # saved again without rules: the stale files go, so the model is not served with them
     PolicyModel.save(folder, model.net, codec)
-    assert not (folder / "deadline_guard.json").exists() and not (folder / "consolidate.json").exists()
+    assert not any((folder / f"{name}.json").exists() for name in ("deadline_guard", "consolidate", "preempt_long"))
     assert PolicyModel.load(folder).rule_params == {}
 
 
