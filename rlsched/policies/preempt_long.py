@@ -108,12 +108,13 @@ class LongJobPreemption:
         # ``scan`` are ranked, since some of the shortest may fit somewhere already.
         short = heapq.nsmallest(
             self.scan * 4,
-            (r for r in state.queue.values() if not r.job.fractional and 0 < r.job.num_gpus <= size),
-            key=lambda r: (self.remaining_gpu_s(state, r), r.job.submit_time),
+            ((self.remaining_gpu_s(state, r), r.job.submit_time, r) for r in state.queue.values()
+             if not r.job.fractional and 0 < r.job.num_gpus <= size),
+            key=lambda c: (c[0], c[1]),
         )
         fits: dict[object, bool] = {}  # per request shape, until capacity changes
         tried = 0
-        for run in short:
+        for mine, _, run in short:
             if tried >= self.scan:
                 return
             if run.job.job_id not in state.queue:
@@ -124,7 +125,7 @@ class LongJobPreemption:
             if fits[shape]:
                 continue
             tried += 1
-            threshold = self._threshold(state, run)
+            threshold = self._threshold(mine)
             if threshold > longest:
                 return  # candidates come shortest first: no later one can find a victim either
             room = self._room(state, run, threshold, suspendable)
@@ -144,11 +145,10 @@ class LongJobPreemption:
 
     def victims(self, state: ClusterState, run: JobRun) -> tuple[str, list[JobRun]] | None:
         """The node where ``run`` should start and the running jobs to suspend there (None: none qualify)."""
-        return self._room(state, run, self._threshold(state, run), self._suspendable(state))
+        return self._room(state, run, self._threshold(self.remaining_gpu_s(state, run)), self._suspendable(state))
 
-    def _threshold(self, state: ClusterState, run: JobRun) -> float:
-        """The believed remaining GPU-seconds a victim of ``run`` must have at least."""
-        mine = self.remaining_gpu_s(state, run)
+    def _threshold(self, mine: float) -> float:
+        """The believed remaining GPU-seconds a victim must have at least, for a candidate with ``mine``."""
         return max(self.factor * mine, mine + self.min_gain_gpu_s)
 
     def _suspendable(self, state: ClusterState) -> list[tuple[JobRun, str, float]]:
