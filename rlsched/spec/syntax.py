@@ -215,16 +215,20 @@ class _Converter:
     def body(self, tree: Tree, open_brace: Token | None = None, close_brace: Token | None = None) -> A.Body:
         out = A.Body()
         items = [c for c in tree.children if isinstance(c, Tree) and c.data in ("attribute", "block")]
+        flagged = False  # a one-line block already reported: no "missing newline" on top of it
         if open_brace is not None and items and _first_line(items[0]) == open_brace.line:
-            single = len(items) == 1 and items[0].data == "attribute" and close_brace is not None \
-                and _last_line(items[0]) == close_brace.line
-            if not single:
+            if items[0].data == "block":
+                flagged = True
+                self.diags.append(error(
+                    "Argument definition required",
+                    "A single-line block may hold only a single argument; to declare a nested block, put it "
+                    "on a line of its own inside its parent block.", self.rng(items[0])))
+            elif not (len(items) == 1 and close_brace is not None and _last_line(items[0]) == close_brace.line):
+                flagged = True
                 self.diags.append(error(
                     "Invalid single-argument block definition",
                     "A block written on one line may hold only a single argument, with the closing brace "
                     "right after it; put each argument on its own line.", self.rng(items[0])))
-        flagged = bool(self.diags) and self.diags[-1].summary == "Invalid single-argument block definition" \
-            and open_brace is not None and self.diags[-1].range == self.rng(items[0])
         for prev, item in zip([None, *items], items, strict=False):
             if prev is not None and not flagged and _first_line(item) == _last_line(prev) and _first_line(item) > 0:
                 self.diags.append(error(
