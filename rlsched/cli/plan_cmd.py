@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from rlsched.cli.app import app
 from rlsched.errors import RlschedError
@@ -48,6 +49,43 @@ APPROVE_PROMPT = ("\nDo you want to perform these actions?\n"
                   "  rlsched will perform the actions described above.\n"
                   "  Only 'yes' will be accepted to approve.\n\n"
                   "  Enter a value: ")
+
+
+def _usage_error_classes() -> tuple[type[Any], ...]:
+    """click's UsageError, and typer's vendored copy of it (recent typer ships its own click)."""
+    found: list[type[Any]] = []
+    try:
+        from click.exceptions import UsageError
+    except ImportError:
+        pass
+    else:
+        found.append(UsageError)
+    try:
+        from typer._click.exceptions import UsageError as VendoredUsageError
+    except ImportError:
+        pass
+    else:
+        found.append(VendoredUsageError)
+    return tuple(found)
+
+
+_USAGE_ERRORS = _usage_error_classes()
+
+
+class ExitOneOnUsageError(TyperCommand):
+    """A command whose usage errors (unknown option, missing argument) exit 1, as Terraform's do.
+
+    Click exits 2 on a usage error, which ``plan --detailed-exitcode`` reserves for
+    "changes present": a CI job with a mistyped option would read it as a plan to
+    apply. Every Terraform-style command (validate, fmt, plan, apply) uses this class.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _USAGE_ERRORS as exc:
+            exc.exit_code = 1
+            raise
 
 
 def _err(msg: str) -> None:
@@ -156,7 +194,7 @@ def _step_delay() -> float:
 # --- plan ------------------------------------------------------------------------------------
 
 
-@app.command("plan")
+@app.command("plan", cls=ExitOneOnUsageError)
 def plan_cmd(
     specs: Annotated[list[Path], typer.Argument(help="Spec files (.hcl) or directories.", show_default=False)],
     backend: BackendOpt = None,
@@ -203,7 +241,7 @@ def _ask_yes() -> bool:
     return answer.strip() == "yes"
 
 
-@app.command("apply")
+@app.command("apply", cls=ExitOneOnUsageError)
 def apply_cmd(
     targets: Annotated[list[Path], typer.Argument(
         help="A saved plan (from plan --out), or spec files.", show_default=False)],

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from rlsched.cli.app import app
+from rlsched.cli.plan_cmd import ExitOneOnUsageError
 
 FMT_WOULD_CHANGE = 3
 
@@ -71,7 +72,7 @@ def _summary(spec: object) -> str:
     return text
 
 
-@app.command("validate")
+@app.command("validate", cls=ExitOneOnUsageError)
 def validate_cmd(
     files: Annotated[list[Path] | None, typer.Argument(help="Spec files or directories (default: ./*.hcl).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print {valid, error_count, warning_count, "
@@ -119,7 +120,7 @@ def _fmt_targets(files: list[Path]) -> list[Path]:
     return out
 
 
-@app.command("fmt")
+@app.command("fmt", cls=ExitOneOnUsageError)
 def fmt_cmd(
     files: Annotated[list[Path] | None, typer.Argument(help="Files or directories (default: .).")] = None,
     check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 3 if a file would change.")] = False,

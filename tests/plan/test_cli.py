@@ -63,6 +63,17 @@ def test_detailed_exitcode_error_is_1(ws: WS) -> None:
     assert p.returncode == 1 and p.stderr.startswith("error: ")
 
 
+@pytest.mark.parametrize("args", [("--detailed-exitcode", "--bogus"), ("--detailed-exitcode", "--out"),
+                                  ("--detailed-exitcode", "--lock-timeout", "soon"), ("--detailed-exitcode",)])
+def test_detailed_exitcode_usage_error_is_1(ws: WS, args: tuple[str, ...]) -> None:
+    """An option error exits 1 like every other error; 2 means "changes present" to CI."""
+    w = ws()
+    p = w.run("plan", *((str(w.spec),) if args != ("--detailed-exitcode",) else ()), *args)
+    assert p.returncode == 1 and "Error:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    for cmd in (("apply", "--bogus"), ("validate", "--bogus"), ("fmt", "--bogus")):
+        assert w.run(*cmd).returncode == 1
+
+
 def test_apply_asks_for_literal_yes(ws: WS) -> None:
     w = ws()
     no = w.run("apply", str(w.spec), input="y\n")
