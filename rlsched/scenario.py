@@ -9,6 +9,8 @@ YAML shape (every key but ``cluster`` and ``workload`` optional)::
 
     name: default
     cluster: "6x8xA100-80GB,2x8xA100-80GB/mig=balanced,spot:0-4x8xA100-80GB"
+    gang: whole-nodes                      # or packed: every pool's gang mode (a pool's
+                                           # own /gang=MODE in cluster is the other way)
     workload:
       - path: bundled:philly-3day.csv      # or a file path, relative to the YAML
         format: auto                       # auto|canonical|philly|openb|dlrm
@@ -36,12 +38,12 @@ from typing import Any
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolKind, PoolSpec
 from rlsched.cluster.spec import parse_cluster
-from rlsched.errors import ScenarioError
+from rlsched.errors import RlschedError, ScenarioError
 from rlsched.market.base import Market
 from rlsched.sim.engine import SimConfig
 from rlsched.yamlfile import check_keys, load_mapping
 
-_KEYS = {"name", "cluster", "workload", "load_factor", "preemptible", "deadline_factor", "deadline_slack_s",
+_KEYS = {"name", "cluster", "gang", "workload", "load_factor", "preemptible", "deadline_factor", "deadline_slack_s",
          "market", "sim", "max_jobs", "description"}
 _WORKLOAD_KEYS = {"path", "format", "virtual_cluster", "max_jobs", "skip_bad_rows"}
 _SIM_KEYS = {"seed", "checkpoint_interval_s", "restart_overhead_s", "mig_reconfig_s", "oracle_durations",
@@ -195,6 +197,8 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
         if req not in data:
             raise ScenarioError(f"scenario: missing required key {req!r}")
     pools = parse_cluster(str(data["cluster"]))
+    if data.get("gang") is not None:
+        pools = with_gang_mode(pools, data["gang"], str(data["cluster"]))
     entries = data["workload"] if isinstance(data["workload"], list) else [data["workload"]]
     jobs, source = load_jobs([e if isinstance(e, dict) else {"path": e} for e in entries], base)
     jobs = apply_workload_options(
@@ -207,6 +211,23 @@ def load_scenario(spec: str | Path | dict[str, Any] | None = None) -> Scenario:
     market = build_market(data.get("market", "default"), pools, base)
     return Scenario(name=str(data.get("name", "scenario")), pools=pools, jobs=jobs, market=market,
                     sim=SimConfig(**sim_cfg), source=source)
+
+
+def with_gang_mode(pools: list[PoolSpec], mode: object, cluster: str = "") -> list[PoolSpec]:
+    """``pools`` with every pool's gang mode set to ``mode`` (the scenario's ``gang:`` key).
+
+    A cluster string that already names a pool's mode (``/gang=``) and a ``gang:`` key
+    together are refused: one of them would silently lose.
+    """
+    from rlsched.cluster.spec import parse_gang_mode
+
+    if "gang=" in cluster.replace(" ", "").lower():
+        raise ScenarioError("scenario: name the gang mode once - either the 'gang' key or /gang= in 'cluster'")
+    try:
+        gang = parse_gang_mode(mode)
+    except RlschedError as exc:
+        raise ScenarioError(f"scenario: gang: {exc}") from None
+    return [replace(p, gang=gang) for p in pools]
 
 
 def build_market(spec: Any, pools: list[PoolSpec], base: Path | None = None, offset_s: float = 0.0) -> Market:

@@ -6,7 +6,14 @@ runtime ask this module; nothing else encodes the rules. The rules:
 * A job may only run on a model it allows (``gpu_models``; empty = any).
 * Only preemptible jobs may run on spot capacity (``shared/data/FORMAT.md``).
 * Exclusive pools: ``n`` whole idle GPUs, on one node when ``n`` fits a node,
-  otherwise a gang over several nodes of the pool (fewest nodes first).
+  otherwise a gang over several nodes of the pool, by the pool's gang mode
+  (:class:`~rlsched.cluster.model.GangMode`): ``whole-nodes`` (default) takes
+  ``n // G`` completely free nodes plus one node with ``n % G`` free GPUs (``G`` GPUs
+  per node), first fit in node order, as the Tiresias simulator's ``ms_yarn``
+  placement (``simulator/switch.py``, ``try_cross_node_alloc``) and Lucid's simulator
+  do and as a real fleet must for jobs whose all-reduce runs over the node's
+  NVLink/NVSwitch; ``packed`` takes any free GPUs, nodes with the most free GPUs
+  first, at no speed cost (optimistic).
 * Time-sliced pools: one replica on each of ``n`` GPUs of a node; a GPU serves at
   most ``replicas`` jobs, and the jobs on it share its speed equally.
 * MIG pools: a fractional request takes a free instance of the smallest profile
@@ -28,7 +35,7 @@ from math import ceil
 
 from rlsched.cluster.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GpuModel, MigProfile
 from rlsched.cluster.job import Job
-from rlsched.cluster.model import ClusterState, Node, Placement, Pool, PoolKind, PoolSpec, Sharing
+from rlsched.cluster.model import ClusterState, GangMode, Node, Placement, Pool, PoolKind, PoolSpec, Sharing
 
 # --- MIG layouts ---------------------------------------------------------------------
 
@@ -252,10 +259,52 @@ def node_candidates(node: Node, job: Job, now: float) -> list[Placement]:
     return [Placement(node.pool, tuple((node.id, g.index) for g in open_gpus[:n]))]
 
 
+def gang_shape(spec: PoolSpec, num_gpus: int) -> tuple[int, int]:
+    """``(whole nodes, GPUs on one more node)`` a ``whole-nodes`` gang of ``num_gpus`` takes in ``spec``'s pool."""
+    return divmod(num_gpus, spec.gpus_per_node)
+
+
+def _open_whole(node: Node, now: float) -> list[int]:
+    """Indices of the node's GPUs that no job holds and that accept work now."""
+    return [g.index for g in node.gpus if not g.holders and _gpu_open(g.busy_until, g.healthy, now)]
+
+
 def gang_candidate(pool: Pool, job: Job, now: float) -> Placement | None:
-    """A multi-node placement of whole GPUs for a job larger than one node."""
-    if pool.spec.sharing is Sharing.MIG:
+    """A multi-node placement of whole GPUs for a job larger than one node, by the pool's gang mode.
+
+    ``whole-nodes``: the first ``n // G`` nodes (in node order) whose GPUs are all free,
+    plus the first other node with at least ``n % G`` free GPUs for the remainder.
+    ``packed``: any free GPUs, the nodes with the most free GPUs first.
+    """
+    spec = pool.spec
+    if spec.sharing is Sharing.MIG:
         return None
+    if spec.gang is GangMode.WHOLE_NODES:
+        full, rest = gang_shape(spec, job.num_gpus)
+        whole: list[tuple[str, int]] = []
+        taken = 0
+        remainder: list[tuple[str, int]] | None = None if rest else []
+        size = spec.gpus_per_node
+        for nd in pool.nodes.values():
+            if not nd.ready or not _node_has_host(nd, job):
+                continue
+            if taken < full and nd.free_whole == size:
+                free = _open_whole(nd, now)
+                if len(free) == size:
+                    whole.extend((nd.id, i) for i in free)
+                    taken += 1
+                    if taken == full and remainder is not None:
+                        break
+                    continue
+            if remainder is None and nd.free_whole >= rest:
+                free = _open_whole(nd, now)
+                if len(free) >= rest:
+                    remainder = [(nd.id, i) for i in free[:rest]]
+                    if taken == full:
+                        break
+        if taken < full or remainder is None:
+            return None
+        return Placement(pool.name, tuple(whole + remainder))
     nodes = sorted(
         (nd for nd in pool.nodes.values() if nd.ready and nd.free_whole > 0 and _node_has_host(nd, job)),
         key=lambda nd: -nd.free_whole,
@@ -357,6 +406,10 @@ def check_placement(state: ClusterState, job: Job, placement: Placement) -> str 
             return f"job needs {job.num_gpus} GPUs, placement gives {len(placement.gpus)}"
         if job.num_gpus <= spec.gpus_per_node and len(nodes) != 1:
             return "a job that fits one node must run on one node"
+        if job.num_gpus > spec.gpus_per_node and spec.gang is GangMode.WHOLE_NODES:
+            why = _whole_nodes_problem(state, spec, job.num_gpus, placement)
+            if why is not None:
+                return why
         for node_id, gi in placement.gpus:
             gpu = state.nodes[node_id].gpus[gi]
             limit = gpu.replicas if spec.sharing is Sharing.TIMESLICE else 1
@@ -365,6 +418,23 @@ def check_placement(state: ClusterState, job: Job, placement: Placement) -> str 
     first = state.nodes[placement.gpus[0][0]]
     if not _node_has_host(first, job):
         return f"node {first.id} lacks CPU or memory"
+    return None
+
+
+def _whole_nodes_problem(state: ClusterState, spec: PoolSpec, n: int, placement: Placement) -> str | None:
+    """Why a gang placement breaks the ``whole-nodes`` rule (None if it keeps it)."""
+    full, rest = gang_shape(spec, n)
+    per_node: dict[str, int] = {}
+    for node_id, gi in placement.gpus:
+        if state.nodes[node_id].gpus[gi].holders:
+            return f"GPU {node_id}/{gi} is shared; a gang takes whole GPUs"
+        per_node[node_id] = per_node.get(node_id, 0) + 1
+    want = sorted([spec.gpus_per_node] * full + ([rest] if rest else []))
+    if sorted(per_node.values()) != want:
+        got = "+".join(str(c) for c in sorted(per_node.values(), reverse=True))
+        tail = f" plus {rest} GPU(s) on one more node" if rest else ""
+        return (f"a {n}-GPU gang in pool {spec.name} (gang mode whole-nodes) takes {full} whole node(s){tail}, "
+                f"not {got}")
     return None
 
 

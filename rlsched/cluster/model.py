@@ -44,6 +44,22 @@ class Sharing(str, Enum):
     TIMESLICE = "timeslice"
 
 
+class GangMode(str, Enum):
+    """Where a job larger than one node may take its GPUs (see :func:`rlsched.cluster.feasibility.gang_candidate`).
+
+    ``WHOLE_NODES`` (the default) is what real fleets and the Tiresias and Lucid
+    simulators do: ``n // G`` completely free nodes plus one node with ``n % G`` free
+    GPUs for the remainder (``G`` = GPUs per node). ``PACKED`` takes any free GPUs of
+    the pool, the nodes with the most free GPUs first (so the fewest nodes that hold
+    them), at no speed cost - rlsched's rule before whole nodes became the default; it
+    is optimistic (a 16-GPU job may run 7+4+3+2 over four partly used nodes as fast as
+    on two whole ones).
+    """
+
+    WHOLE_NODES = "whole-nodes"
+    PACKED = "packed"
+
+
 class NodeStatus(str, Enum):
     PROVISIONING = "provisioning"
     READY = "ready"
@@ -78,6 +94,7 @@ class PoolSpec:
         provision_delay_s: time from scale-up to a ready node.
         idle_stop_s: an elastic node idle this long is stopped (auto start/stop).
         region: market region for prices and availability ("" = any).
+        gang: where a job larger than one node takes its GPUs (:class:`GangMode`).
     """
 
     name: str
@@ -96,6 +113,7 @@ class PoolSpec:
     provision_delay_s: float = 180.0
     idle_stop_s: float = 600.0
     region: str = ""
+    gang: GangMode = GangMode.WHOLE_NODES
 
     @property
     def start_nodes(self) -> int:

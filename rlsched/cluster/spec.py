@@ -16,6 +16,10 @@ and a bare number means ``0-NODES``. Options after ``/``:
 * ``cpus=N``, ``mem=GiB`` - host resources per node.
 * ``delay=S`` - provisioning delay of elastic nodes in seconds; ``idle=S`` - idle stop.
 * ``region=R`` - market region.
+* ``gang=MODE`` - where a job larger than one node takes its GPUs: ``whole-nodes``
+  (default: ``n // G`` free nodes plus one node for the remainder, as real fleets and
+  the Tiresias and Lucid simulators) or ``packed`` (any free GPUs, fewest nodes first,
+  no speed cost; optimistic). See :class:`~rlsched.cluster.model.GangMode`.
 
 Examples: ``12x8xA100-80GB``, ``spot:0-32x8xH100-80GB``,
 ``2x8xA100-80GB/mig=balanced,ondemand:0-4x8xH100-80GB``.
@@ -27,7 +31,7 @@ import re
 
 from rlsched.cluster.catalog import gpu_model
 from rlsched.cluster.feasibility import resolve_layout
-from rlsched.cluster.model import PoolKind, PoolSpec, Sharing
+from rlsched.cluster.model import GangMode, PoolKind, PoolSpec, Sharing
 from rlsched.errors import ClusterSpecError, RlschedError
 
 _GROUP = re.compile(
@@ -102,8 +106,11 @@ def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
                 extra["idle_stop_s"] = float(val)
             elif key == "region":
                 extra["region"] = val
+            elif key == "gang":
+                extra["gang"] = parse_gang_mode(val)
             else:
-                raise ClusterSpecError(f"unknown option /{key}; known: mig, ts, cost, cpus, mem, delay, idle, region")
+                raise ClusterSpecError(
+                    f"unknown option /{key}; known: mig, ts, cost, cpus, mem, delay, idle, region, gang")
         except ValueError:
             raise ClusterSpecError(f"option /{opt} needs a number") from None
     if "provision_delay_s" not in extra:
@@ -120,6 +127,15 @@ def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
     )
 
 
+def parse_gang_mode(value: object) -> GangMode:
+    """A gang mode by name (``whole-nodes`` or ``packed``); raises :class:`ClusterSpecError` otherwise."""
+    try:
+        return GangMode(str(value).strip().lower())
+    except ValueError:
+        known = ", ".join(m.value for m in GangMode)
+        raise ClusterSpecError(f"unknown gang mode {value!r}; known: {known}") from None
+
+
 def format_cluster(pools: list[PoolSpec]) -> str:
     """The ``--cluster`` string for ``pools`` (inverse of :func:`parse_cluster` for its fields)."""
     parts = []
@@ -134,5 +150,7 @@ def format_cluster(pools: list[PoolSpec]) -> str:
             opt = "/mig=" + names.get(tuple(sorted(p.mig_layout)), "+".join(p.mig_layout))
         elif p.sharing is Sharing.TIMESLICE:
             opt = f"/ts={p.replicas}"
+        if p.gang is not GangMode.WHOLE_NODES:
+            opt += f"/gang={p.gang.value}"
         parts.append(f"{kind}{size}x{p.gpus_per_node}x{p.model.name}{opt}")
     return ",".join(parts)
