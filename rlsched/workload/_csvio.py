@@ -27,6 +27,23 @@ MISSING = frozenset({"", "nan", "NaN", "NAN", "None", "null", "NULL"})
 #: skip_reasons key for a row that breaks the format and was skipped on request.
 BAD_ROW = "bad row"
 
+#: Largest integer a trace field may hold: every integer up to it is exact as a float, so
+#: arithmetic mixing it with times never overflows or rounds (a 400-digit count would).
+MAX_INT = 2**53
+#: Largest magnitude of a float field: above nanoseconds since 1970, far beyond any real time,
+#: duration, CPU or memory figure, and small enough that sums and products stay finite.
+MAX_FLOAT = 1e19
+#: Longest cell text quoted in an error message; longer cells are cut (the line says where).
+_SHOWN = 40
+
+
+def shown(text: str) -> str:
+    """``text`` quoted for a one-line message, cut to a readable length when huge."""
+    text = text.strip()
+    if len(text) <= _SHOWN:
+        return repr(text)
+    return repr(text[:_SHOWN]) + f"... ({len(text)} characters)"
+
 
 class RowError(Exception):
     """A problem with one field of one row; the reader adds file and line."""
@@ -117,29 +134,37 @@ def header_index(header: list[str], path: str, required: tuple[str, ...], what: 
 
 
 def parse_float(text: str, column: str) -> float:
-    """A finite float; NaN and infinities are errors because no time can be NaN."""
+    """A finite float of magnitude at most :data:`MAX_FLOAT`; NaN and infinities are errors
+    because no time can be NaN."""
     try:
         value = float(text)
     except ValueError:
-        raise RowError(column, f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise RowError(column, f"must be a finite number, got {text!r}")
+        raise RowError(column, f"not a number: {shown(text)}") from None
+    if math.isnan(value) or (math.isinf(value) and "inf" in text.lower()):
+        raise RowError(column, f"must be a finite number, got {shown(text)}")
+    if abs(value) > MAX_FLOAT:  # also a number too long for a float (float() gives infinity)
+        raise RowError(column, f"out of range (at most {MAX_FLOAT:g} in magnitude), got {shown(text)}")
     return value
 
 
 def parse_int(text: str, column: str) -> int:
-    """An integer; ``"2.0"`` is accepted because spreadsheet and pandas exports write it."""
+    """An integer of magnitude at most :data:`MAX_INT`; ``"2.0"`` is accepted because
+    spreadsheet and pandas exports write it."""
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        raise RowError(column, f"not an integer: {text!r}") from None
-    if not value.is_integer():
-        raise RowError(column, f"not an integer: {text!r}")
-    return int(value)
+        value = int(text)
+    except ValueError:  # also int()'s digit limit: such a number is out of range anyway
+        try:
+            number = float(text)
+        except ValueError:
+            raise RowError(column, f"not an integer: {shown(text)}") from None
+        if math.isfinite(number) and abs(number) > MAX_INT:
+            raise RowError(column, f"out of range (at most {MAX_INT} in magnitude), got {shown(text)}") from None
+        if not number.is_integer():
+            raise RowError(column, f"not an integer: {shown(text)}") from None
+        value = int(number)
+    if abs(value) > MAX_INT:
+        raise RowError(column, f"out of range (at most {MAX_INT} in magnitude), got {shown(text)}")
+    return value
 
 
 def optional_float(text: str, column: str) -> float | None:
@@ -192,7 +217,7 @@ class ModelCache:
                 continue
             canonical = resolve_model_name(part)
             if canonical is None:
-                raise RowError(column, f"unknown GPU model {part!r}; known: {', '.join(CATALOG)}")
+                raise RowError(column, f"unknown GPU model {shown(part)}; known: {', '.join(CATALOG)}")
             names.add(canonical)
         value = frozenset(names)
         self._cache[text] = value

@@ -33,6 +33,8 @@ from pathlib import Path
 from rlsched.cluster.job import Job, JobKind
 from rlsched.errors import TraceError
 from rlsched.workload._csvio import (
+    MAX_FLOAT,
+    MAX_INT,
     ModelCache,
     RowError,
     Tally,
@@ -42,6 +44,7 @@ from rlsched.workload._csvio import (
     parse_float,
     parse_int,
     rows,
+    shown,
 )
 from rlsched.workload.trace import Trace
 
@@ -60,7 +63,7 @@ def _bool(text: str, column: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise RowError(column, f"must be 0 or 1, got {text!r}")
+    raise RowError(column, f"must be 0 or 1, got {shown(text)}")
 
 
 def read_canonical(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
@@ -122,12 +125,14 @@ def read_canonical(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                     submit = parse_float(f[i_submit], "submit_time")
                     duration = parse_float(f[i_dur], "duration")
                     ngpu = parse_int(f[i_ngpu], "num_gpus")
-                if submit - submit != 0.0:  # NaN or infinity
+                if not -MAX_FLOAT <= submit <= MAX_FLOAT:  # NaN, infinity or out of range: word it
                     parse_float(f[i_submit], "submit_time")
-                if duration - duration != 0.0:
+                if not -MAX_FLOAT <= duration <= MAX_FLOAT:
                     parse_float(f[i_dur], "duration")
+                if not -MAX_INT <= ngpu <= MAX_INT:
+                    parse_int(f[i_ngpu], "num_gpus")
                 if duration <= 0:
-                    raise RowError("duration", f"duration must be > 0, got {f[i_dur].strip()}")
+                    raise RowError("duration", f"duration must be > 0, got {duration:g}")
                 if ngpu < 0:
                     raise RowError("num_gpus", f"num_gpus must be >= 0, got {ngpu}")
                 milli = 1000
@@ -165,7 +170,7 @@ def read_canonical(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                 if i_kind is not None and f[i_kind].strip():
                     k = _KINDS.get(f[i_kind].strip().lower())
                     if k is None:
-                        raise RowError("kind", f"kind must be one of {', '.join(_KINDS)}, got {f[i_kind]!r}")
+                        raise RowError("kind", f"kind must be one of {', '.join(_KINDS)}, got {shown(f[i_kind])}")
                     kind = k
                 ckpt = None
                 if i_ckpt is not None and f[i_ckpt].strip():
@@ -181,7 +186,7 @@ def read_canonical(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                 job_id = str(data_rows)
             prev = seen.get(job_id)
             if prev is not None:
-                tally.bad(line, "job_id", f"duplicate job_id {job_id!r} (first on line {prev})")
+                tally.bad(line, "job_id", f"duplicate job_id {shown(job_id)} (first on line {prev})")
                 continue
             seen[job_id] = line
             jobs.append(

@@ -48,6 +48,7 @@ from rlsched.workload._csvio import (
     optional_float,
     parse_float,
     rows,
+    shown,
 )
 from rlsched.workload.trace import Trace
 
@@ -102,7 +103,7 @@ def read_dlrm_services(path: str | Path, *, skip_bad_rows: bool = False, window_
                 req_text = f[i_gpu].strip()
                 request = 0.0 if req_text in MISSING else parse_float(req_text, "gpu_request")
                 if request < 0:
-                    raise RowError("gpu_request", f"gpu_request must be >= 0, got {req_text}")
+                    raise RowError("gpu_request", f"gpu_request must be >= 0, got {shown(req_text)}")
                 if request == 0:
                     tally.skip(CPU_ONLY)
                     continue
@@ -113,7 +114,7 @@ def read_dlrm_services(path: str | Path, *, skip_bad_rows: bool = False, window_
                 elif request.is_integer():
                     ngpu, milli = int(request), 1000
                 else:
-                    raise RowError("gpu_request", f"gpu_request above 1 must be whole GPUs, got {req_text}")
+                    raise RowError("gpu_request", f"gpu_request above 1 must be whole GPUs, got {shown(req_text)}")
                 cpus = 0.0
                 if i_cpu is not None and f[i_cpu].strip() not in MISSING:
                     cpus = parse_float(f[i_cpu], "cpu_request")
@@ -125,7 +126,7 @@ def read_dlrm_services(path: str | Path, *, skip_bad_rows: bool = False, window_
                 continue
             sn = f[i_sn].strip()
             if not sn or sn in seen:
-                tally.bad(line, "instance_sn", "empty instance_sn" if not sn else f"duplicate instance_sn {sn!r}")
+                tally.bad(line, "instance_sn", "empty instance_sn" if not sn else f"duplicate instance_sn {shown(sn)}")
                 continue
             seen.add(sn)
             app = f[i_app].strip() if i_app is not None else ""

@@ -54,6 +54,7 @@ from rlsched.workload._csvio import (
     parse_float,
     parse_int,
     rows,
+    shown,
 )
 from rlsched.workload.trace import Trace
 
@@ -135,7 +136,7 @@ def read_openb_pods(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                 qos = f[i_qos].strip() if i_qos is not None else ""
                 qos_map = _QOS_LOWER.get(qos.lower())
                 if qos_map is None:
-                    raise RowError("qos", f"unknown qos {qos!r}; known: {', '.join(q for q in QOS_PRIORITY if q)}")
+                    raise RowError("qos", f"unknown qos {shown(qos)}; known: {', '.join(q for q in QOS_PRIORITY if q)}")
                 created = parse_float(f[i_create], "creation_time")
                 deleted = parse_float(f[i_delete], "deletion_time")
                 scheduled = optional_float(f[i_sched], "scheduled_time")
@@ -151,7 +152,7 @@ def read_openb_pods(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                 tally.skip(ZERO_DURATION)
                 continue
             if name in seen:
-                tally.bad(line, "name", f"duplicate pod name {name!r}")
+                tally.bad(line, "name", f"duplicate pod name {shown(name)}")
                 continue
             seen.add(name)
             phase = f[i_phase].strip() if i_phase is not None else ""

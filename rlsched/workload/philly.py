@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rlsched.cluster.job import Job
 from rlsched.errors import TraceError
-from rlsched.workload._csvio import RowError, Tally, header_index, no_gc, open_text, parse_float, parse_int, rows
+from rlsched.workload._csvio import RowError, Tally, header_index, no_gc, open_text, parse_float, parse_int, rows, shown
 from rlsched.workload.trace import Trace
 
 REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
@@ -38,7 +38,7 @@ def _timestamp(text: str) -> float:
     try:
         dt = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise RowError("timestamp", f"not a 'YYYY-MM-DD HH:MM:SS' timestamp: {text!r}") from None
+        raise RowError("timestamp", f"not a 'YYYY-MM-DD HH:MM:SS' timestamp: {shown(text)}") from None
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
     return (dt - _EPOCH).total_seconds()
@@ -101,7 +101,7 @@ def read_philly(path: str | Path, *, virtual_cluster: str | None = None, skip_ba
                 ts = _timestamp(f[i_ts])
                 duration = parse_float(f[i_dur], "duration")
                 if duration <= 0:
-                    raise RowError("duration", f"duration must be > 0, got {f[i_dur].strip()}")
+                    raise RowError("duration", f"duration must be > 0, got {duration:g}")
                 ngpu = parse_int(f[i_ng], "num_gpus")
                 if ngpu < 0:
                     raise RowError("num_gpus", f"num_gpus must be >= 0, got {ngpu}")
@@ -113,7 +113,7 @@ def read_philly(path: str | Path, *, virtual_cluster: str | None = None, skip_ba
         raise TraceError(src, None, None, "no job rows: the file has only a header")
     if virtual_cluster is not None and virtual_cluster not in vcs:
         known = ", ".join(f"{k} ({v})" for k, v in sorted(vcs.items(), key=lambda kv: -kv[1]))
-        raise TraceError(src, None, "cluster", f"no jobs for virtual cluster {virtual_cluster!r}; known: {known}")
+        raise TraceError(src, None, "cluster", f"no jobs for virtual cluster {shown(virtual_cluster)}; known: {known}")
     t0 = min((p[1] for p in parsed), default=0.0)
     jobs = [Job(f"philly-{line}", ts - t0, duration, ngpu, user=vc) for line, ts, duration, ngpu, vc in parsed]
     return Trace(jobs, source=src, skipped_rows=tally.skipped, skip_reasons=tally.reasons)
