@@ -239,73 +239,6 @@ def submit_cmd(
 # --------------------------------------------------------------------------- status
 
 
-def _ts(t: Any) -> str:
-    if not isinstance(t, (int, float)) or t <= 0:
-        return "-"
-    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _age(t: Any, until: Any = None) -> str:
-    if not isinstance(t, (int, float)) or t <= 0:
-        return "-"
-    end = until if isinstance(until, (int, float)) and until > 0 else time.time()
-    s = max(0.0, end - t)
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{s // 60:.0f}m{s % 60:02.0f}s"
-    if s < 86400:
-        return f"{s // 3600:.0f}h{(s % 3600) // 60:02.0f}m"
-    return f"{s // 86400:.0f}d{(s % 86400) // 3600:02.0f}h"
-
-
-def _req(j: dict[str, Any]) -> dict[str, Any]:
-    r = j.get("request")
-    return r if isinstance(r, dict) else j
-
-
-def _request_text(j: dict[str, Any]) -> str:
-    r = _req(j)
-    if r.get("mig"):
-        return f"mig {r['mig']}"
-    n = r.get("gpus")
-    return f"{n} GPU" + ("s" if n != 1 else "") if n is not None else "-"
-
-
-def _shell_join(argv: list[str]) -> str:
-    import shlex
-
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _alloc(j: dict[str, Any]) -> dict[str, Any]:
-    a = j.get("allocation")
-    return a if isinstance(a, dict) else {}
-
-
-def _devices_text(j: dict[str, Any]) -> str:
-    a = _alloc(j)
-    devs = a.get("devices") or j.get("devices") or []
-    if not devs:
-        return "-"
-    node = a.get("node") or ""
-    return (f"{node}: " if node else "") + ",".join(str(d) for d in devs)
-
-
-def _why(j: dict[str, Any]) -> str:
-    state = j.get("state")
-    reason = j.get("reason") or ""
-    if state == "queued":
-        pos = j.get("position")
-        head = f"#{pos} " if pos is not None else ""
-        return f"{head}{reason}".strip() or "-"
-    if state in ("done", "failed", "cancelled"):
-        code = j.get("exit_code")
-        bits = [f"exit {code}" if code is not None else "", reason or j.get("last_reason") or ""]
-        return ", ".join(b for b in bits if b) or "-"
-    return reason or "-"
-
-
 @app.command("status")
 def status_cmd(
     job: Annotated[str | None, typer.Argument(help="A job id; default: every job.", show_default=False)] = None,
@@ -315,9 +248,13 @@ def status_cmd(
     server: ServerOpt = None,
     state_dir: ClientStateDirOpt = None,
 ) -> None:
-    """Jobs and their state; for one job: allocation, and why a pending job waits and its place in the queue."""
-    from rich.console import Console
-    from rich.table import Table
+    """Jobs and their state; for one job: allocation, and why a pending job waits and its place in the queue.
+
+    In the table, AGE is the time since the job was submitted and RUNTIME how long its last run lasted
+    (until now while it runs). The table fits the terminal ($COLUMNS); GPU UUIDs are never split.
+    """
+    from rlsched.report.jobs import job_detail_text, status_table
+    from rlsched.report.terminal import output_console
 
     c = _client(server, state_dir)
     if job is not None:
@@ -325,22 +262,7 @@ def status_cmd(
         if json_out:
             typer.echo(json.dumps(j, indent=2, sort_keys=True))
             return
-        rows = [("job", j.get("id")), ("state", j.get("state")), ("user", j.get("user")),
-                ("priority", j.get("priority")), ("request", _request_text(j)),
-                ("command", _shell_join(_req(j).get("argv") or []) or "-")]
-        if j.get("state") == "queued":
-            rows += [("position", j.get("position", "-")), ("reason", j.get("reason") or "-")]
-        else:
-            rows += [("allocation", _devices_text(j)), ("pid", j.get("pid") or "-"),
-                     ("exit code", j.get("exit_code") if j.get("exit_code") is not None else "-"),
-                     ("reason", j.get("reason") or j.get("last_reason") or "-")]
-        rows += [("attempts", j.get("attempts", "-")), ("submitted", _ts(j.get("submitted_at"))),
-                 ("started", _ts(j.get("started_at"))), ("finished", _ts(j.get("finished_at")))]
-        if _req(j).get("deadline"):
-            rows.append(("deadline", _ts(_req(j).get("deadline"))))
-        width = max(len(k) for k, _ in rows)
-        for k, v in rows:
-            typer.echo(f"{k:<{width}}  {v if v is not None else '-'}")
+        typer.echo(job_detail_text(j))
         return
     if all_jobs:
         jobs = c.jobs()
@@ -351,19 +273,10 @@ def status_cmd(
     if json_out:
         typer.echo(json.dumps(jobs, indent=2, sort_keys=True))
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("JOB", "STATE", "USER", "PRI", "REQUEST", "DEVICES", "AGE", "WHY / EXIT"):
-        table.add_column(col, overflow="fold")
-    for j in jobs:
-        started = j.get("started_at") if j.get("state") != "queued" else None
-        table.add_row(str(j.get("id")), str(j.get("state")), str(j.get("user") or "-"), str(j.get("priority", "-")),
-                      _request_text(j), _devices_text(j),
-                      _age(started or j.get("submitted_at"), j.get("finished_at")), _why(j))
-    console = Console(width=max(100, Console().width))
     if not jobs:
         typer.echo("no jobs")
         return
-    console.print(table)
+    output_console().print(status_table(jobs), crop=False)
 
 
 # --------------------------------------------------------------------------- cancel, logs
@@ -376,11 +289,14 @@ def cancel_cmd(
     state_dir: ClientStateDirOpt = None,
 ) -> None:
     """Cancel jobs: a queued one at once, a running one by SIGTERM, a grace period, then SIGKILL."""
+    from rlsched.report.terminal import escape_control
+
     c = _client(server, state_dir)
     for job in jobs:
         out = c.cancel(job)
         state = out.get("state")
-        typer.echo(f"{job}: {state} (stopping)" if state in ("running", "preempted") else f"{job}: {state}")
+        line = f"{job}: {state} (stopping)" if state in ("running", "preempted") else f"{job}: {state}"
+        typer.echo(escape_control(line))
 
 
 @app.command("logs")
@@ -388,21 +304,25 @@ def logs_cmd(
     job: Annotated[str, typer.Argument(help="A job id.", show_default=False)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N bytes.")] = None,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Write the bytes as captured even to a terminal (default there: control characters "
+                      "other than newline, tab and carriage return are shown escaped, e.g. \\e).")] = False,
     server: ServerOpt = None,
     state_dir: ClientStateDirOpt = None,
 ) -> None:
-    """Print a job's output (stdout and stderr, as captured)."""
+    """Print a job's output (stdout and stderr, as captured; byte for byte to a pipe or file)."""
+    from rlsched.report.terminal import LogWriter
+
     c = _client(server, state_dir)
-    out = sys.stdout.buffer
+    out = LogWriter(sys.stdout.buffer, escape=sys.stdout.isatty() and not raw)
     data, nxt, state = c.logs(job, tail=tail, offset=None if tail is not None else 0)
     out.write(data)
-    out.flush()
     # Without --tail the first answer may stop at the server's chunk limit: page on.
     while data and tail is None and not follow:
         data, nxt, state = c.logs(job, offset=nxt)
         out.write(data)
-        out.flush()
     if not follow:
+        out.write(b"", final=True)
         return
     terminal = ("done", "failed", "cancelled")
     try:
@@ -410,13 +330,11 @@ def logs_cmd(
             data, nxt, state = c.logs(job, offset=nxt)
             if data:
                 out.write(data)
-                out.flush()
                 continue
             if state in terminal:
                 # one last read: the process may have written after our previous poll
                 data, nxt, state = c.logs(job, offset=nxt)
-                out.write(data)
-                out.flush()
+                out.write(data, final=True)
                 return
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -438,8 +356,8 @@ def audit_cmd(
     state_dir: ClientStateDirOpt = None,
 ) -> None:
     """The audit trail: submissions, allocations, preemptions, MIG changes, policy switches, fallbacks."""
-    from rich.console import Console
-    from rich.table import Table
+    from rlsched.report.jobs import audit_table
+    from rlsched.report.terminal import output_console
 
     since_id: int | None = None
     since_time: float | None = None
@@ -456,13 +374,4 @@ def audit_cmd(
     if not recs:
         typer.echo("no audit records")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ID", "TIME", "EVENT", "JOB", "DEVICES", "POLICY", "REASON"):
-        table.add_column(col, overflow="fold")
-    for r in recs:
-        policy = r.get("policy") or ""
-        if r.get("model_version"):
-            policy += f"@{r['model_version']}"
-        table.add_row(str(r.get("id")), _ts(r.get("time")), str(r.get("event")), str(r.get("job") or "-"),
-                      ",".join(r.get("gpus") or []) or "-", policy or "-", str(r.get("reason") or "-"))
-    Console(width=max(120, Console().width)).print(table)
+    output_console().print(audit_table(recs), crop=False)
