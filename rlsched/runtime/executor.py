@@ -11,6 +11,8 @@ Why it looks like this:
 * **One process group per job** (``start_new_session=True``): stopping a job
   signals everything it spawned (data loaders, ``torchrun`` workers), and the
   job does not die with the scheduler service (no SIGHUP from its terminal).
+* **Private files.** The log dir is 0700 and every log and exit file 0600,
+  whatever the umask: a job's command line and output are its owner's alone.
 * **Surviving a service restart.** The service stores each job's pid *and* its
   kernel start time (``/proc/<pid>/stat`` field 22). After a restart,
   :meth:`LocalExecutor.adopt` re-attaches only if both match, so a recycled pid
@@ -52,6 +54,47 @@ _DEVICE_RE = re.compile(r"^(GPU|MIG)-[A-Za-z0-9/_.\-]+$")
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,127}$")
 _EXIT_NAME_RE = re.compile(r"^(.+)\.\d+\.exit\.json$")
 _GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+#: Modes of what the service keeps about jobs (command lines, outputs): the user's alone, whatever the umask.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (and parents) and make it 0700 when this user owns it; returns it.
+
+    ``mkdir``'s mode is filtered by the umask and an existing dir keeps its mode, so
+    the mode is set explicitly.
+    """
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    with contextlib.suppress(OSError):
+        st = p.stat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o7777 != PRIVATE_DIR_MODE:
+            os.chmod(p, PRIVATE_DIR_MODE)
+    return p
+
+
+def private_file(path: str | os.PathLike[str]) -> None:
+    """Make an existing file this user owns 0600 (no-op when absent)."""
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if st.st_uid == os.getuid() and st.st_mode & 0o7777 != PRIVATE_FILE_MODE:
+            os.chmod(path, PRIVATE_FILE_MODE)
+
+
+def open_private(path: str | os.PathLike[str], flags: int) -> int:
+    """``os.open(path, flags | O_CREAT | O_CLOEXEC)`` giving a 0600 file whatever the umask (an existing
+    file is tightened too); returns the descriptor."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o7777 != PRIVATE_FILE_MODE:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 class ExecutorError(Exception):
@@ -131,8 +174,7 @@ class LocalExecutor:
     """
 
     def __init__(self, log_dir: str | os.PathLike[str], python: str = sys.executable) -> None:
-        self.log_dir = Path(log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = private_dir(log_dir)
         self.python = python
         #: our own children, so we can reap them (non-children are polled through /proc).
         self._children: dict[int, subprocess.Popen[bytes]] = {}
@@ -165,7 +207,7 @@ class LocalExecutor:
         log_path = self.log_dir / f"{job_id}.log"
         exit_file = self.log_dir / f"{job_id}.{nonce}.exit.json"
         cmd = [self.python, "-m", "rlsched.runtime.executor", "--wrap", str(exit_file), "--", *argv]
-        with open(log_path, "ab") as log:
+        with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
             # Each attempt appends, after a header line, so retries keep earlier output.
             log.write(f"=== rlsched: launch {job_id} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} "
                       f"devices={devices or '-'} ===\n".encode())
@@ -283,7 +325,7 @@ def _exit_file_from_cmdline(pid: int) -> str | None:
 def _write_exit_file(path: Path, code: int) -> None:
     """Write ``{"exit_code": code}`` atomically and durably: a reader sees all of it or nothing."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
         json.dump({"exit_code": code, "time": time.time()}, f)
         f.flush()
         os.fsync(f.fileno())

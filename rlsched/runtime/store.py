@@ -20,6 +20,8 @@ Durability choices:
   busy timeout instead of failing with a deadlock-style ``SQLITE_BUSY`` on upgrade.
 * Transitions are compare-and-set (``UPDATE ... WHERE state = ?``): two scheduler
   loops racing to start the same job cannot both succeed.
+* Private: the database and its ``-wal``/``-shm`` files are 0600 whatever the
+  umask (job command lines are their owner's alone).
 * The schema itself enforces two invariants: a running or preempted job has an
   allocation (CHECK constraint), and the audit table is append-only (triggers
   abort any UPDATE or DELETE).
@@ -54,6 +56,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from rlsched.errors import RlschedError
 from rlsched.runtime.audit import AuditEvent, AuditRecord, dumps
+from rlsched.runtime.executor import open_private, private_file
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from 3.11; annotations only
@@ -286,7 +289,17 @@ class Store:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conns: list[sqlite3.Connection] = []
+        self._make_private()
         self._migrate()
+
+    def _make_private(self) -> None:
+        """Create the database file 0600 before SQLite does (it would follow the umask) and tighten an existing
+        one and its ``-wal``/``-shm`` files: job command lines are private. SQLite gives the WAL and shared-memory
+        files it creates later the database file's mode."""
+        if self.path.parent.exists():
+            os.close(open_private(self.path, os.O_RDWR))
+        for suffix in ("-wal", "-shm", "-journal"):
+            private_file(self.path.with_name(self.path.name + suffix))
 
     # ------------------------------------------------------------------ connections
     def _conn(self) -> sqlite3.Connection:

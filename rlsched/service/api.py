@@ -446,8 +446,7 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
             anything with its methods).
         token: the bearer token every request except health and docs must carry.
         max_body_bytes: larger request bodies get 413.
-        state_dir: reported by ``/healthz`` to loopback clients, so that a local
-            CLI finds the token file without being told where it is.
+        state_dir: the service's state dir (kept for callers; never reported over HTTP).
     """
     if not token:
         raise ValueError("the API needs a non-empty token")
@@ -511,12 +510,10 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
 
     # ---------------------------------------------------------------- endpoints
     @app.get("/healthz", tags=["service"], response_model=Health, summary="Liveness (no token needed)")
-    def healthz(request: Request) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": "ok", "version": rlsched.__version__, "pid": os.getpid()}
-        client = request.client.host if request.client is not None else ""
-        if state_dir is not None and client in ("127.0.0.1", "::1", "localhost"):
-            out["state_dir"] = str(state_dir)
-        return out
+    def healthz() -> dict[str, Any]:
+        # Nothing here may help a stranger: no state dir, no paths (a client finds the token through the
+        # state dir's server.json, never by asking whoever answers on a port).
+        return {"status": "ok", "version": rlsched.__version__, "pid": os.getpid()}
 
     @app.post("/v1/jobs", tags=["jobs"], status_code=201, response_model=SubmitResult, dependencies=auth,
               summary="Submit a job",

@@ -13,18 +13,28 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import math
 import os
 import secrets
+import string
+import zlib
 from pathlib import Path
 
 from rlsched.errors import RlschedError
+from rlsched.service.statedir import secure_dir
 
 #: Environment variable clients read the token from first.
 TOKEN_ENV = "RLSCHED_TOKEN"
 #: Name of the token file inside the state dir.
 TOKEN_FILE = "token"
-#: Bytes of randomness in a generated token (256 bits).
+#: Bytes of randomness in a generated token (256 bits); a pre-seeded token must carry as much.
 TOKEN_BYTES = 32
+MIN_TOKEN_BITS = 8 * TOKEN_BYTES
+
+_HEX = frozenset("0123456789abcdef")
+_ALNUM = frozenset(string.ascii_letters + string.digits)
+_B64URL = _ALNUM | frozenset("-_=")
+_B64 = _ALNUM | frozenset("+/=")
 
 
 class TokenError(RlschedError):
@@ -34,6 +44,38 @@ class TokenError(RlschedError):
 def generate_token() -> str:
     """A fresh URL-safe random token."""
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_bits(token: str) -> float:
+    """A generous estimate of a token's entropy in bits: the smaller of length x log2(alphabet) and what
+    deflate leaves of it, so repeated patterns (``abab...``, ``password`` x 8) count for little.
+
+    The alphabet is the smallest usual one holding every character (hex 16, alphanumeric 62, base64 64,
+    printable ASCII 95). Every ``secrets.token_urlsafe(32)`` / ``token_hex(32)`` scores at least 256.
+    """
+    if not token:
+        return 0.0
+    chars = set(token)
+    if chars <= _HEX or chars <= {c.upper() for c in _HEX}:
+        size = 16
+    elif chars <= _ALNUM:
+        size = 62
+    elif chars <= _B64URL or chars <= _B64:
+        size = 64
+    else:
+        size = 95
+    raw = token.encode("utf-8")
+    compressed = 8 * (len(zlib.compress(raw, 9)) - 6)  # less zlib's 2-byte header and 4-byte checksum
+    return min(len(token) * math.log2(size), float(compressed))
+
+
+def check_token_strength(token: str, where: str) -> None:
+    """Raise :class:`TokenError` for a token under :data:`MIN_TOKEN_BITS` bits of entropy (``where``: its origin)."""
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        raise TokenError(f"{where}: the token is too weak (about {bits:.0f} bits of entropy, at least "
+                         f"{MIN_TOKEN_BITS} needed); delete it to have the service create one, or write one made by "
+                         "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
 
 
 def token_path(state_dir: Path) -> Path:
@@ -59,16 +101,21 @@ def ensure_token(state_dir: Path) -> str:
     Creation is atomic and exclusive: the file is created with ``O_EXCL`` and mode
     0600, written, fsynced, and only then is it the token; a concurrent creator
     loses the race and reads the winner's token. An existing file with group or
-    other permissions is tightened to 0600 (and the token kept).
+    other permissions is tightened to 0600 (and the token kept); an existing
+    (pre-seeded) token under :data:`MIN_TOKEN_BITS` bits of entropy is refused.
+
+    Raises:
+        TokenError: the token file is unreadable, empty or too weak.
     """
-    state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = secure_dir(Path(state_dir))
     path = token_path(state_dir)
     if path.exists():
         with contextlib.suppress(OSError):
             if path.stat().st_mode & 0o077:
                 os.chmod(path, 0o600)
-        return _read(path)
+        token = _read(path)
+        check_token_strength(token, str(path))
+        return token
     token = generate_token()
     tmp = state_dir / f".{TOKEN_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

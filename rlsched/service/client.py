@@ -9,14 +9,19 @@ Where the service is (first match wins):
 
 1. ``--server URL`` (``host:port`` is accepted too),
 2. ``$RLSCHED_SERVER``,
-3. the ``server.json`` the service writes in its state dir (when a state dir, or a
-   spec whose default state dir holds one, is known),
+3. the ``server.json`` the service writes in its state dir: of ``--state-dir`` (or
+   a spec's default state dir) when one is named, else of the one running service
+   whose state dir is under ``./.rlsched-service/`` (``rlsched serve POOL.hcl``
+   run from this directory, ``--listen 127.0.0.1:0`` included),
 4. ``http://127.0.0.1:8470``.
 
-The token: ``$RLSCHED_TOKEN``, else ``<state_dir>/token``. When neither is known,
-the client asks the (unauthenticated) ``/healthz`` where the service keeps its
-state: a loopback service says, and a user allowed to read its token file then
-needs no configuration at all.
+The token: ``$RLSCHED_TOKEN``, else ``<state_dir>/token`` -- and the token file is
+sent only to a server that provably owns it: either the user named both the
+server and the state dir, or the address came from that state dir's
+``server.json`` (a dir only its owner can write) AND the process ``server.json``
+names is alive and holds the listening socket of that port (checked in
+``/proc``). Nothing is ever asked of whoever listens on a port: a local user who
+binds the default port first gets no token.
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,20 +94,160 @@ def spec_state_dir(spec: Path) -> Path:
     return default_state_dir(Path(spec))
 
 
-def resolve_server(server: str | None = None, *, spec: Path | None = None,
-                   state_dir: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[str, Path | None]:
-    """(URL, state dir or None) of the service a client should talk to (see the module doc)."""
+def owned_private_dir(path: Path) -> bool:
+    """``path`` is a directory this user owns that nobody else may write to (so what is in it is the user's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP ``port`` (any address), or None where ``/proc/net`` cannot tell."""
+    found: set[str] | None = None
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found = found or set()
+        for line in lines:
+            f = line.split()
+            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN; field 9 is the inode
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rpartition(":")[2], 16) == port:
+                found.add(f[9])
+    return found
+
+
+def listener_owned_by(url: str, pid: int) -> bool:
+    """Does process ``pid`` hold the socket listening on ``url``'s port?
+
+    True only when ``/proc`` shows it (a socket of ``pid`` among the port's listening
+    sockets); on a system without ``/proc/net`` it falls back to ``pid`` being alive.
+    """
+    if not _pid_alive(pid):
+        return False
+    port = urllib.parse.urlsplit(url).port
+    if port is None:
+        return False
+    inodes = _listening_inodes(port)
+    if inodes is None:
+        return True  # no /proc/net (not Linux): the live pid of a server.json in a private dir is all we have
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
+
+
+@dataclass
+class Target:
+    """Where a client sends its requests, how that was decided, and whether the token file may go there.
+
+    Attributes:
+        url: the service URL.
+        state_dir: the state dir whose token file the client may read (None: none known).
+        source: how ``url`` was found (for messages).
+        tried: what discovery looked at, in order (for the "no service" message).
+        server_pid: the pid ``server.json`` names, when ``url`` came from one.
+        explicit: the user named the server (``--server`` / ``$RLSCHED_SERVER``).
+    """
+
+    url: str
+    state_dir: Path | None = None
+    source: str = "the default address"
+    tried: list[str] = field(default_factory=list)
+    server_pid: int | None = None
+    explicit: bool = False
+
+    def token_file_allowed(self) -> bool:
+        """May the token file of ``state_dir`` be sent to ``url``? (see the module doc)"""
+        if self.state_dir is None or not owned_private_dir(self.state_dir):
+            return False
+        if self.server_pid is not None:
+            return listener_owned_by(self.url, self.server_pid)
+        return self.explicit
+
+
+def _live_server_json(state_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """(server.json of a running service, "") or (None, why not) for ``state_dir``."""
+    info = read_server_info(state_dir)
+    if info is None:
+        return None, f"no server.json in {state_dir}"
+    pid = info.get("pid")
+    if not isinstance(pid, int) or not _pid_alive(pid):
+        return None, f"{state_dir / SERVER_FILE} names pid {pid}, which is not running"
+    return info, ""
+
+
+def discover_local(cwd: Path | None = None) -> tuple[list[tuple[Path, dict[str, Any]]], str]:
+    """Running services whose state dirs are under ``<cwd>/.rlsched-service/`` and belong to this user.
+
+    Returns the (state dir, server.json) pairs found, and a description of where it looked.
+    """
+    base = Path(cwd if cwd is not None else os.getcwd()) / ".rlsched-service"
+    found: list[tuple[Path, dict[str, Any]]] = []
+    with contextlib.suppress(OSError):
+        for sd in sorted(base.iterdir()):
+            if not owned_private_dir(sd):
+                continue
+            info, _ = _live_server_json(sd)
+            if info is not None:
+                found.append((sd, info))
+    return found, f"no running service's server.json under {base}/*/"
+
+
+def resolve_target(server: str | None = None, *, spec: Path | None = None, state_dir: Path | None = None,
+                   env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Target:
+    """The :class:`Target` a client should talk to (see the module doc for the order)."""
     environ = os.environ if env is None else env
     sd = Path(state_dir) if state_dir is not None else (spec_state_dir(spec) if spec is not None else None)
     if server:
-        return normalise_url(server), sd
+        return Target(normalise_url(server), sd, "--server", explicit=True)
     if environ.get(SERVER_ENV, "").strip():
-        return normalise_url(environ[SERVER_ENV]), sd
+        return Target(normalise_url(environ[SERVER_ENV]), sd, f"${SERVER_ENV}", explicit=True)
+    tried = ["no --server", f"no ${SERVER_ENV}"]
     if sd is not None:
-        info = read_server_info(sd)
+        info, why = _live_server_json(sd)
         if info is not None:
-            return normalise_url(info["url"]), sd
-    return DEFAULT_SERVER, sd
+            return Target(normalise_url(info["url"]), sd, f"{sd / SERVER_FILE}", tried, server_pid=info["pid"])
+        tried.append(why)
+        return Target(DEFAULT_SERVER, sd, "the default address", tried)
+    found, where = discover_local(cwd)
+    if len(found) > 1:
+        listing = ", ".join(f"{d} ({i['url']})" for d, i in found)
+        raise ServiceError(f"several rlsched services run from this directory: {listing}; choose one with "
+                           "--state-dir")
+    if found:
+        d, info = found[0]
+        return Target(normalise_url(info["url"]), d, f"{d / SERVER_FILE}", tried, server_pid=info["pid"])
+    tried.append(where)
+    return Target(DEFAULT_SERVER, None, "the default address", tried)
+
+
+def resolve_server(server: str | None = None, *, spec: Path | None = None,
+                   state_dir: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[str, Path | None]:
+    """(URL, state dir or None) of the service a client should talk to (see :func:`resolve_target`)."""
+    t = resolve_target(server, spec=spec, state_dir=state_dir, env=env)
+    return t.url, t.state_dir
 
 
 class Client:
@@ -108,16 +255,20 @@ class Client:
 
     Args:
         url: the service, e.g. ``http://127.0.0.1:8470``.
-        token: bearer token; None: discover it (see the module doc) on first need.
+        token: bearer token; None: ``$RLSCHED_TOKEN``, else the token file of
+            ``state_dir`` when ``target`` allows sending it (see the module doc).
         state_dir: where to look for the token file.
         timeout: seconds to wait for each answer.
+        target: how ``url`` was found (decides whether the token file may be sent, and what the
+            "no service" message says); default: the caller named ``url`` and ``state_dir`` itself.
     """
 
     def __init__(self, url: str, token: str | None = None, *, state_dir: Path | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, target: Target | None = None) -> None:
         self.url = normalise_url(url)
         self.state_dir = state_dir
         self.timeout = timeout
+        self.target = target if target is not None else Target(self.url, state_dir, "the caller", explicit=True)
         self._token = token
         self._token_resolved = token is not None
 
@@ -125,13 +276,9 @@ class Client:
     @property
     def token(self) -> str | None:
         if not self._token_resolved:
-            self._token = resolve_token(self.state_dir)
-            if self._token is None and self.state_dir is None:
-                with contextlib.suppress(ServiceError):
-                    sd = self.health().get("state_dir")
-                    if isinstance(sd, str) and sd:
-                        self.state_dir = Path(sd)
-                        self._token = resolve_token(self.state_dir)
+            self._token = resolve_token(None)
+            if self._token is None and self.state_dir is not None and self.target.token_file_allowed():
+                self._token = resolve_token(self.state_dir)
             self._token_resolved = True
         return self._token
 
@@ -168,8 +315,7 @@ class Client:
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                 if isinstance(reason, ConnectionRefusedError) or (
                         isinstance(reason, OSError) and reason.errno in (111, 61)):
-                    raise NoServiceError(f"no rlsched service at {self.url} "
-                                         f"(start it with `rlsched serve POOL.hcl`)") from None
+                    raise NoServiceError(self._no_service()) from None
                 if attempt < retries and isinstance(reason, (ConnectionError, socket.timeout, TimeoutError)):
                     attempt += 1
                     time.sleep(min(2.0, 0.2 * 2 ** attempt))
@@ -180,6 +326,12 @@ class Client:
                 if isinstance(reason, socket.gaierror):
                     raise NoServiceError(f"cannot resolve the service host of {self.url} ({reason.strerror})") from None
                 raise ServiceError(f"cannot reach the rlsched service at {self.url}: {reason}") from None
+
+    def _no_service(self) -> str:
+        t = self.target
+        tried = "; ".join(t.tried)
+        return (f"no rlsched service at {self.url} ({t.source}{': ' + tried if tried else ''}); start one with "
+                "`rlsched serve POOL.hcl` from this directory, or name it with --state-dir DIR or --server URL")
 
     def _http_error(self, exc: urllib.error.HTTPError) -> ServiceError:
         try:
@@ -197,7 +349,13 @@ class Client:
         detail = " ".join(str(detail).split())
         if exc.code == 401:
             if not self.token:
-                where = f" or make {self.state_dir / 'token'} readable" if self.state_dir else ""
+                if self.state_dir is not None and not self.target.token_file_allowed():
+                    where = (f"; the token file of {self.state_dir} is not sent to {self.url}, which that state "
+                             "dir's server.json does not show to be its service (pass --server too if it is)")
+                elif self.state_dir is not None:
+                    where = f" or make {self.state_dir / 'token'} readable"
+                else:
+                    where = " or pass --state-dir DIR (the service's state dir)"
                 return ServiceError(f"the service at {self.url} needs a token: set {TOKEN_ENV}{where} "
                                     "(the service writes it to <state_dir>/token)", 401)
             return ServiceError(f"the service at {self.url} refused the token ({detail}); check {TOKEN_ENV} "
@@ -274,5 +432,5 @@ class Client:
 def connect(server: str | None = None, *, spec: Path | None = None, state_dir: Path | None = None,
             timeout: float = 30.0) -> Client:
     """A :class:`Client` for the service named by the arguments and the environment (see the module doc)."""
-    url, sd = resolve_server(server, spec=spec, state_dir=state_dir)
-    return Client(url, state_dir=sd, timeout=timeout)
+    target = resolve_target(server, spec=spec, state_dir=state_dir)
+    return Client(target.url, state_dir=target.state_dir, timeout=timeout, target=target)

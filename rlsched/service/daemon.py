@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rlsched.errors import RlschedError
 from rlsched.plan.state import pid_alive as _pid_exists
 from rlsched.service.client import DEFAULT_LISTEN, SERVER_FILE, Client, ServiceError, read_server_info
+from rlsched.service.statedir import ServiceLock, StateDirBusyError, open_private, secure_dir
 
 if TYPE_CHECKING:
     from rlsched.service.config import ServiceConfig
@@ -133,7 +134,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
@@ -215,30 +216,47 @@ def serve(config: ServiceConfig, listen: str = DEFAULT_LISTEN, *, log_level: str
         access_log: log every HTTP request.
         announce: called with the :class:`ServerInfo` once the port answers (the CLI prints it).
     """
+    host, port = parse_listen(listen)
+    state_dir = Path(config.state_dir).resolve()
+    # The state dir's lock comes first: a second service on the same dir must not touch anything.
+    lock = ServiceLock(state_dir)
+    try:
+        lock.acquire()
+    except StateDirBusyError as exc:
+        running = find_running(state_dir)
+        holder = f"pid {exc.pid}" if exc.pid is not None else "pid not yet written"
+        if running is not None and running.pid == exc.pid:
+            holder += f", {running.url}"
+        raise DaemonError(f"state dir {state_dir} is in use by another rlsched service ({holder}); stop it first "
+                          f"(`rlsched stop --state-dir {state_dir}`), or reload it with `rlsched apply`") from None
+    try:
+        return _serve_locked(config, state_dir, host, port, log_level=log_level, access_log=access_log,
+                             announce=announce)
+    finally:
+        lock.release()
+
+
+def _serve_locked(config: ServiceConfig, state_dir: Path, host: str, port: int, *, log_level: str,
+                  access_log: bool, announce: Any) -> int:
+    """:func:`serve` once the state dir's lock is held."""
     import uvicorn
 
     from rlsched.service.api import create_app
     from rlsched.service.auth import ensure_token
     from rlsched.service.service import SchedulerService
 
-    host, port = parse_listen(listen)
-    state_dir = Path(config.state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    secure_dir(state_dir)
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not is_loopback(host):
         log.warning("listening on %s, which is not a loopback address: anyone who can reach it and has the token "
                     "can submit jobs; put TLS in front of it (a reverse proxy) on untrusted networks", host)
-    running = find_running(state_dir)
-    if running is not None:
-        raise DaemonError(f"a service for state dir {state_dir} already runs (pid {running.pid}, {running.url}); "
-                          "stop it first, or use `rlsched apply` to reload it")
+    token = ensure_token(state_dir)
     sock = bind(host, port)
     actual_port = sock.getsockname()[1]
     url = _url(host, actual_port)
-    token = ensure_token(state_dir)
-    service = SchedulerService(config)
     try:
+        service = SchedulerService(config)
         service.start()
     except BaseException:
         sock.close()
@@ -321,14 +339,13 @@ def start_detached(config: ServiceConfig, listen: str = DEFAULT_LISTEN, log_file
         DaemonError: it exited or did not answer within ``timeout`` seconds (the
             message quotes the end of its log).
     """
-    state_dir = Path(config.state_dir).resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir = secure_dir(Path(config.state_dir).resolve())
     running = find_running(state_dir)
     if running is not None:
         return running
     log_path = Path(log_file) if log_file is not None else state_dir / SERVICE_LOG
     argv = serve_argv(config, listen)
-    with open(log_path, "ab") as out:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as out:
         out.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
         out.flush()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

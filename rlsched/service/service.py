@@ -88,7 +88,14 @@ from rlsched.errors import RlschedError
 from rlsched.policies.base import Scheduler, make_policy
 from rlsched.runtime.audit import AuditEvent, AuditRecord, decision_summary
 from rlsched.runtime.backend import BackendError, GpuBackend, NodeInfo
-from rlsched.runtime.executor import EXIT_LOST, EXIT_NOT_EXECUTABLE, Launched, LocalExecutor, proc_start_time
+from rlsched.runtime.executor import (
+    EXIT_LOST,
+    EXIT_NOT_EXECUTABLE,
+    Launched,
+    LocalExecutor,
+    private_dir,
+    proc_start_time,
+)
 from rlsched.runtime.guard import FallbackScheduler, GuardConfig, illegal_reason
 from rlsched.runtime.select import get_backend
 from rlsched.runtime.store import (
@@ -220,7 +227,7 @@ class SchedulerService:
         self.config = config
         self.clock = clock
         self.local_hostname = local_hostname
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.state_dir)
         self.metrics = ServiceMetrics()
         self.registry = self.metrics.registry
         self._lock = threading.RLock()

@@ -83,17 +83,22 @@ def test_client_errors_are_one_line(tmp_path: Path) -> None:
     p = subprocess.run([*CLI, "submit", "--gpus", "1", "--", "true"], capture_output=True, text=True, env=env,
                        timeout=60)
     assert p.returncode == 1 and p.stdout == ""
-    assert p.stderr.strip() == ("error: no rlsched service at http://127.0.0.1:9 "
-                                "(start it with `rlsched serve POOL.hcl`)")
+    assert p.stderr.strip() == ("error: no rlsched service at http://127.0.0.1:9 ($RLSCHED_SERVER); start one "
+                                "with `rlsched serve POOL.hcl` from this directory, or name it with --state-dir DIR "
+                                "or --server URL")
     spec, fleet = write_workspace(tmp_path)
     s = start_serve(spec, fleet, tmp_path / "state")
     try:
         bad_token = s.cli("status", RLSCHED_TOKEN="wrong")
         assert bad_token.returncode == 1 and len(bad_token.stderr.strip().splitlines()) == 1
         assert "refused the token" in bad_token.stderr
+        # a server named without its state dir gets no token (nobody is asked where a token file is)
         no_token = subprocess.run([*CLI, "status", "--server", s.url], capture_output=True, text=True,
                                   env=clean_env(), timeout=60, cwd="/")
-        assert no_token.returncode == 0, no_token.stderr  # a loopback service tells a local user its token file
+        assert no_token.returncode == 1 and "needs a token: set RLSCHED_TOKEN or pass --state-dir" in no_token.stderr
+        named = subprocess.run([*CLI, "status", "--state-dir", str(s.state_dir)], capture_output=True, text=True,
+                               env=clean_env(), timeout=60, cwd="/")
+        assert named.returncode == 0, named.stderr  # the state dir's server.json and token file
         for args, words in [
             (("submit", "--mig", "9g.1gb", "--", "true"), "unknown MIG profile '9g.1gb'"),
             (("submit", "--user", "a b", "--", "true"), "user:"),
@@ -116,7 +121,9 @@ def test_client_errors_are_one_line(tmp_path: Path) -> None:
         again = subprocess.run([*CLI, "serve", str(spec), "--backend", f"sim:{fleet}", "--state-dir",
                                 str(s.state_dir), "--listen", "127.0.0.1:0"], capture_output=True, text=True,
                                env=clean_env(), timeout=60)
-        assert again.returncode == 1 and "already runs" in again.stderr, again.stderr
+        assert again.returncode == 1, again.stderr
+        assert f"is in use by another rlsched service (pid {s.proc.pid})" in again.stderr, again.stderr
+        assert len(again.stderr.strip().splitlines()) == 1, again.stderr
         port = s.url.rsplit(":", 1)[1]
         busy = subprocess.run([*CLI, "serve", str(spec), "--backend", f"sim:{fleet}", "--state-dir",
                                str(tmp_path / "other"), "--listen", f"127.0.0.1:{port}"], capture_output=True,

@@ -92,8 +92,9 @@ class Served:
         return (self.state_dir / "token").read_text().strip()
 
     def env(self, **extra: str) -> dict[str, str]:
-        """Client environment pointing at this service (token discovered from the state dir)."""
-        return clean_env(RLSCHED_SERVER=self.url, **extra)
+        """Client environment pointing at this service, with its token (the state dir is not the default
+        one beside the spec, so discovery would not find it; tests of discovery set up their own)."""
+        return clean_env(**{"RLSCHED_SERVER": self.url, "RLSCHED_TOKEN": self.token, **extra})
 
     def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*CLI, *args], capture_output=True, text=True, env=self.env(**env), timeout=timeout,
@@ -114,16 +115,27 @@ class Served:
             raise AssertionError(f"service did not stop on signal {sig}:\n{self.log_text()[-3000:]}") from None
 
 
-def start_serve(spec: Path, fleet: Path, state_dir: Path, *extra: str, timeout: float = 60,
-                log_name: str = "serve.log") -> Served:
-    """``rlsched serve`` on a free loopback port; returns once ``/healthz`` answers."""
-    log = state_dir.parent / log_name
-    state_dir.mkdir(parents=True, exist_ok=True)
+def start_serve(spec: Path, fleet: Path, state_dir: Path, *extra: str, timeout: float = 120,
+                log_name: str = "serve.log", umask: int | None = None, default_state_dir: bool = False) -> Served:
+    """``rlsched serve`` on a free loopback port; returns once ``/healthz`` answers.
+
+    ``umask``: the service's umask; ``default_state_dir``: pass no ``--state-dir`` (``state_dir`` must then be
+    the spec's default one).
+    """
+    home = spec.parent if default_state_dir else state_dir.parent
+    log = home / log_name
+    home.mkdir(parents=True, exist_ok=True)
     argv = [*CLI, "serve", str(spec), "--backend", f"sim:{fleet}", "--listen", "127.0.0.1:0",
-            "--state-dir", str(state_dir), "--tick-ms", "50", "--grace", "2", *extra]
+            *([] if default_state_dir else ["--state-dir", str(state_dir)]), "--tick-ms", "50", "--grace", "2",
+            *extra]
+
+    def set_umask() -> None:
+        if umask is not None:
+            os.umask(umask)
+
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
-                                cwd=state_dir.parent, start_new_session=True)
+                                cwd=home, start_new_session=True, preexec_fn=set_umask)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
