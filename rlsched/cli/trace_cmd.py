@@ -133,3 +133,52 @@ def info(
     for n in sorted(counts):
         hist.add_row(str(n), str(counts[n]), f"{counts[n] / total:.1%}", f"{gpu_hours[n]:,.1f}")
     console.print(hist)
+
+
+def _override(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set`` with VALUE parsed as a number where it is one."""
+    from rlsched.workload.generator import GeneratorError
+
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise GeneratorError(f"--set {text!r}: expected KEY=VALUE, e.g. load=1.2")
+    value: object = raw.strip()
+    for conv in (int, float):
+        try:
+            value = conv(raw)
+            break
+        except ValueError:
+            continue
+    return key.strip(), value
+
+
+@trace_app.command("generate")
+def generate_cmd(
+    family_name: Annotated[str, typer.Argument(metavar="FAMILY", help="A workload family (see `--list`).")] = "",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Canonical CSV to write.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the draw; each seed is another window.")] = 0,
+    sets: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a family parameter, KEY=VALUE (repeatable).")
+    ] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the families and exit.")] = False,
+) -> None:
+    """Draw a synthetic trace from a workload family (heavy tails, gangs, bursts, backlogs, MIG shares).
+
+    The trace is written as canonical CSV; the family's fleet is printed as a
+    ``--cluster`` string to simulate it on.
+    """
+    from rlsched.workload.generator import FAMILIES, GeneratorError, family, generate, with_overrides
+
+    if list_ or not family_name:
+        for name, spec in FAMILIES.items():
+            typer.echo(f"{name:12} {spec.cluster:45} {spec.description}")
+        if not list_:
+            raise GeneratorError("name a family to generate (the list above), e.g. `rlsched trace generate bursty`")
+        return
+    if out is None:
+        raise GeneratorError("--out FILE is required: where to write the generated trace")
+    spec = with_overrides(family(family_name), **dict(_override(s) for s in sets or []))
+    trace = generate(spec, seed)
+    written = write_canonical(out, trace.jobs)
+    typer.echo(f"wrote {written} jobs to {out} (family {spec.name}, seed {seed}, offered load {spec.load:g} "
+               f"on --cluster {spec.cluster})")

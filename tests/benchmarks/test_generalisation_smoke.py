@@ -1,0 +1,51 @@
+"""Smoke run of benchmarks/generalisation.py: generated families, the shipped model, tiny windows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    """The family table's rows (the first row per family; per-window rows follow it)."""
+    rows: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        if line.startswith(("| gen-", "| philly")):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows.setdefault(cells[0], cells)
+    return rows
+
+
+def test_a_row_per_family_with_the_best_heuristic_and_a_verdict(run_benchmark: Callable[..., Any],
+                                                                  tmp_path: Path) -> None:
+    out = tmp_path / "g.json"
+    proc = run_benchmark("generalisation.py", "--model", str(ROOT / "models" / "default"),
+                         "--families", "gen-tiny-fleet,gen-overload", "--windows", "2", "--max-jobs", "150",
+                         "--per-window", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(proc.stdout)
+    assert {"gen-tiny-fleet", "gen-overload"} <= set(rows)
+    data = json.loads(out.read_text())
+    for fam in ("gen-tiny-fleet", "gen-overload"):
+        s = data["summary"][fam]
+        assert s["windows"] == 2 and data["exposure"][fam] == "unseen"
+        # the best heuristic is the minimum of the heuristics' own ratios, never worse than weighted-priority
+        assert s["best_vs_wp"] == min(s["heuristics_vs_wp"].values()) <= 1.0
+        windows = data["windows"][fam]
+        ratios = [row["model"] / row[s["best"]] for row in windows.values()]
+        assert abs(s["model_vs_best"] - sum(ratios) / len(ratios)) < 1e-9  # a mean of per-window ratios
+        assert rows[fam][3] == s["best"]
+    assert "model <= 1.00x best heuristic on every unseen family:" in proc.stdout
+    assert "Command: `python benchmarks/generalisation.py --model" in proc.stdout
+
+
+def test_unknown_family_and_bad_model_are_one_line(run_benchmark: Callable[..., Any], tmp_path: Path) -> None:
+    proc = run_benchmark("generalisation.py", "--families", "gen-burst")
+    assert proc.returncode == 1 and "unknown family 'gen-burst' (did you mean 'gen-bursty'?)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_benchmark("generalisation.py", "--model", str(tmp_path), "--families", "gen-light")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.startswith("error: ")
