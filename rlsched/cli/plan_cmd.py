@@ -263,9 +263,9 @@ def apply_cmd(
 ) -> None:
     """Apply a saved plan exactly (no prompt), or plan the spec, ask for 'yes', and apply.
 
-    Afterwards, when the spec declares a ``policy`` block, the scheduler service is
+    Afterwards, when the spec declares a policy block, the scheduler service is
     made to run it: started detached if it is not running, else hot-reloaded
-    (queued and running jobs are kept). ``--no-serve`` skips this.
+    (queued and running jobs are kept). --no-serve skips this.
     """
     from rlsched.plan.apply import Applier, ApplyOptions
     from rlsched.plan.planfile import config_hash, load_plan, looks_like_plan_file

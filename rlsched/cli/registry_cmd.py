@@ -125,7 +125,7 @@ def register_cmd(
     tag: Annotated[list[str] | None, typer.Option("--tag", help="Extra version tag KEY=VALUE (repeatable).")] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="MLflow run to log into (default: a new run).")] = None,
 ) -> None:
-    """Register a model folder as a new version (alias 'challenger'), e.g. after training without a server."""
+    """Register a model folder as a new version (alias 'challenger'): for a model trained without a server."""
     tags: dict[str, str] = {}
     for item in tag or []:
         key, sep, value = item.partition("=")
