@@ -2,7 +2,8 @@
 
 Starts ``rlsched serve`` (a real subprocess, sim fleet, loopback) and drives it
 with concurrent HTTP clients (stdlib ``urllib``, one connection per request, like
-``rlsched submit``). Reports:
+``rlsched submit``; ``--connection keep-alive``: one persistent connection per
+client thread; ``both``: one burst each, new connections first). Reports:
 
 * submissions/s sustained by ``--clients`` threads for ``--jobs`` submissions;
 * the service's RSS (``VmRSS``) before, right after the submissions, and after the
@@ -18,12 +19,14 @@ Examples (the BENCHMARKS.md numbers)::
     python benchmarks/service_throughput.py --jobs 10000 --clients 16 --job hold
     python benchmarks/service_throughput.py --jobs 100000 --clients 16 --job hold
     python benchmarks/service_throughput.py --jobs 2000 --clients 16 --job true --wait
+    python benchmarks/service_throughput.py --jobs 2000 --clients 1 --job hold --connection both
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -35,6 +38,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -79,6 +83,36 @@ def request(method: str, url: str, token: str, body: Any = None, timeout: float 
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+class KeepAlive:
+    """One persistent HTTP/1.1 connection (what a long-lived client or a proxy uses), reconnecting if dropped."""
+
+    def __init__(self, url: str, token: str) -> None:
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port, self.token = u.hostname or "127.0.0.1", u.port or 80, token
+        self.conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+            try:
+                self.conn.request(method, path, body=data, headers={
+                    "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+                resp = self.conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 def start(root: Path, nodes: int, gpus: int, scheduler: str, tick_ms: float, extra: list[str]) -> tuple[
@@ -134,38 +168,60 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while json.loads(request("GET", url + "/v1/info", token)[1])["running"] < args.nodes:
                 time.sleep(0.2)
         lock = threading.Lock()
-        remaining = [args.jobs]
-        lat: list[float] = []
         errors: list[str] = []
 
-        def client() -> None:
-            mine: list[float] = []
-            while True:
+        def burst(keep_alive: bool) -> tuple[float, list[float]]:
+            """Submit ``args.jobs`` jobs from ``args.clients`` threads; (wall seconds, latencies)."""
+            remaining = [args.jobs]
+            lat: list[float] = []
+
+            def client() -> None:
+                mine: list[float] = []
+                conn = KeepAlive(url, token) if keep_alive else None
+                try:
+                    while True:
+                        with lock:
+                            if remaining[0] <= 0:
+                                break
+                            remaining[0] -= 1
+                        t = time.perf_counter()
+                        if conn is not None:
+                            status, raw = conn.request("POST", "/v1/jobs", body)
+                        else:
+                            status, raw = request("POST", url + "/v1/jobs", token, body)
+                        mine.append(time.perf_counter() - t)
+                        if status != 201:
+                            with lock:
+                                errors.append(f"{status} {raw[:200]!r}")
+                finally:
+                    if conn is not None:
+                        conn.close()
                 with lock:
-                    if remaining[0] <= 0:
-                        break
-                    remaining[0] -= 1
-                t = time.perf_counter()
-                status, raw = request("POST", url + "/v1/jobs", token, body)
-                mine.append(time.perf_counter() - t)
-                if status != 201:
-                    with lock:
-                        errors.append(f"{status} {raw[:200]!r}")
-            with lock:
-                lat.extend(mine)
+                    lat.extend(mine)
+
+            t0 = time.perf_counter()
+            threads = [threading.Thread(target=client) for _ in range(args.clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return time.perf_counter() - t0, sorted(lat)
+
+        def summary(wall: float, lat: list[float]) -> dict[str, float]:
+            return {"submit_wall_s": round(wall, 2), "submissions_per_s": round(args.jobs / wall, 1),
+                    "latency_p50_ms": round(statistics.median(lat) * 1000, 1),
+                    "latency_p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1)}
 
         cpu0 = cpu_s(proc.pid)
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        lat.sort()
-        out.update({"submit_wall_s": round(wall, 2), "submissions_per_s": round(args.jobs / wall, 1),
-                    "latency_p50_ms": round(statistics.median(lat) * 1000, 1),
-                    "latency_p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1), "errors": len(errors)})
+        modes = {"new": [False], "keep-alive": [True], "both": [False, True]}[args.connection]
+        for keep_alive in modes:
+            wall, lat = burst(keep_alive)
+            part = summary(wall, lat)
+            if len(modes) > 1:
+                out["keep_alive" if keep_alive else "new_connections"] = part
+            out.update(part)
+        out["errors"] = len(errors)
         out["rss_after_submit_mib"] = rss_mib(proc.pid)[0]
         out["service_cpu_submit_s"] = round(cpu_s(proc.pid) - cpu0, 2)
         if errors:
@@ -213,6 +269,9 @@ def main() -> None:
                     help="state dir in /dev/shm: no fsync cost (shows the CPU-bound rate; not durable)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (state, serve.log)")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for rlsched serve")
+    ap.add_argument("--connection", choices=["new", "keep-alive", "both"], default="new",
+                    help="one connection per request (like `rlsched submit`), one persistent connection per "
+                         "client thread, or both in turn (--jobs each) on the same service")
     args = ap.parse_args()
     runs = [run(args) for _ in range(args.repeat)]
     for r in runs:

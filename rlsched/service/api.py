@@ -56,6 +56,10 @@ MAX_BODY_BYTES = 64 * 1024
 #: Most bytes one /logs response returns (clients page with ?offset=).
 MAX_LOG_CHUNK = 8 * 1024 * 1024
 MAX_GPUS = 1024
+#: Latest deadline accepted (year 9999): later ones are not times anyone means.
+MAX_DEADLINE = 253_402_300_799
+#: Largest id cursor (SQLite integers are signed 64-bit).
+MAX_ID = 2**63 - 1
 MIN_PRIORITY, MAX_PRIORITY = -1000, 1000
 MAX_ARGV = 1024
 MAX_ARG_LEN = 8192
@@ -137,13 +141,15 @@ class SubmitBody(BaseModel):
     priority: StrictInt = Field(0, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="Higher runs first.")
     user: str = Field("anonymous", pattern=USER_PATTERN, description="Who submits (quotas are per user/principal).")
     preemptible: StrictBool = Field(False, description="May be stopped (SIGTERM, grace, SIGKILL) and requeued.")
-    deadline: StrictFloat | StrictInt | None = Field(None, gt=0, description="Wanted completion, Unix epoch seconds.")
-    cpus: StrictFloat | StrictInt | None = Field(None, gt=0, le=4096, description="Host CPUs.")
-    memory_gib: StrictFloat | StrictInt | None = Field(None, gt=0, le=65536, description="Host memory in GiB.")
+    deadline: StrictFloat | StrictInt | None = Field(None, gt=0, le=MAX_DEADLINE, allow_inf_nan=False,
+                                                     description="Wanted completion, Unix epoch seconds.")
+    cpus: StrictFloat | StrictInt | None = Field(None, gt=0, le=4096, allow_inf_nan=False, description="Host CPUs.")
+    memory_gib: StrictFloat | StrictInt | None = Field(None, gt=0, le=65536, allow_inf_nan=False,
+                                                       description="Host memory in GiB.")
     pool: str | None = Field(None, pattern=NAME_PATTERN, description="Run only in this pool.")
     estimated_duration_s: StrictFloat | StrictInt | None = Field(
-        None, gt=0, le=366 * 86400, description="The submitter's run-time estimate in seconds (helps SJF-like "
-                                                "policies and backfilling).")
+        None, gt=0, le=366 * 86400, allow_inf_nan=False,
+        description="The submitter's run-time estimate in seconds (helps SJF-like policies and backfilling).")
     idempotency_key: str | None = Field(None, pattern=IDEMPOTENCY_PATTERN,
                                         description="Same as the Idempotency-Key header (the header wins).")
     cwd: str | None = Field(None, min_length=1, max_length=4096,
@@ -257,6 +263,20 @@ class AuditView(BaseModel):
 
 class ReloadBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("spec_paths")
+    @classmethod
+    def _no_nul_paths(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any("\x00" in p for p in v):
+            raise ValueError("paths must not contain NUL characters")
+        return v
+
+    @field_validator("policy")
+    @classmethod
+    def _no_nul_policy(cls, v: str | None) -> str | None:
+        if v is not None and "\x00" in v:
+            raise ValueError("must not contain NUL characters")
+        return v
 
     spec_paths: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
         None, max_length=64, description="Spec files to load instead (paths on the service's machine); "
@@ -582,7 +602,7 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
     def logs(
         job_id: JobId,
         tail: Annotated[int | None, Query(ge=0, le=MAX_LOG_CHUNK, description="Only the last N bytes.")] = None,
-        offset: Annotated[int | None, Query(ge=0, description="Bytes from this offset on (for following).")]
+        offset: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Bytes from this offset on (for following).")]
         = None,
     ) -> Response:
         try:
@@ -598,9 +618,10 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
     @app.get("/v1/audit", tags=["audit"], response_model=list[AuditView], dependencies=auth, responses=_ERRORS,
              summary="Audit records in order (id cursor)")
     def audit(
-        since: Annotated[int | None, Query(ge=0, description="Records after this id (exclusive cursor).")] = None,
-        since_time: Annotated[float | None, Query(ge=0, description="Records at or after this Unix time.")]
+        since: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Records after this id (exclusive cursor).")]
         = None,
+        since_time: Annotated[float | None, Query(ge=0, allow_inf_nan=False,
+                                                  description="Records at or after this Unix time.")] = None,
         job: Annotated[str | None, Query(pattern=JOB_ID_PATTERN, description="Only this job's records.")] = None,
         limit: Annotated[int, Query(ge=1, le=100_000, description="At most this many records.")] = 1000,
     ) -> list[dict[str, Any]]:
@@ -637,6 +658,8 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
             return _jsonable(service.reload(paths, policy=policy))
         except RlschedError as exc:
             raise fail(exc) from None
+        except (OSError, ValueError) as exc:  # a path the OS refuses (too long, not a file...)
+            raise HTTPException(422, _one_line(f"cannot load the spec: {exc}")) from None
 
     @app.get("/metrics", tags=["service"], dependencies=auth, response_class=PlainTextResponse,
              responses={**_ERRORS, 200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},

@@ -115,9 +115,12 @@ def bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise DaemonError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, _, proto, _, addr = infos[0]
+    # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on accepted sockets whose proto says
+    # TCP, and without it every keep-alive response waits ~40 ms for the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind(addr)
         sock.listen(2048)
@@ -205,6 +208,32 @@ def _server_class() -> Any:
     return _Server
 
 
+#: The ``detail`` of the 400 answered to a request the HTTP parser rejects (before the app sees it).
+BAD_HTTP_DETAIL = ("malformed HTTP request: the request line or a header is invalid (e.g. a Content-Length that "
+                   "is not a number)")
+
+
+def _protocol_class() -> Any:
+    """uvicorn's h11 protocol, answering requests it cannot parse in the API's JSON shape."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JsonErrorH11Protocol(H11Protocol):
+        """H11Protocol whose 400 for an unparseable request is ``{"detail": "..."}`` like every API error."""
+
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"detail": BAD_HTTP_DETAIL}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            self.transport.write(self.conn.send(h11.Response(status_code=400, headers=headers,
+                                                             reason=b"Bad Request")))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+            self.transport.close()
+
+    return JsonErrorH11Protocol
+
+
 def serve(config: ServiceConfig, listen: str = DEFAULT_LISTEN, *, log_level: str = "info",
           access_log: bool = False, announce: Any = None) -> int:
     """Run the service in the foreground until SIGTERM/SIGINT; returns the exit status (0 = clean stop).
@@ -268,7 +297,8 @@ def _serve_locked(config: ServiceConfig, state_dir: Path, host: str, port: int, 
     try:
         app = create_app(service, token, state_dir=state_dir)
         uconfig = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log, lifespan="off",
-                                 timeout_graceful_shutdown=5, server_header=False, proxy_headers=False)
+                                 timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
+                                 http=_protocol_class())
         server = _server_class()(uconfig)
 
         def started() -> None:

@@ -1305,6 +1305,8 @@ class SchedulerService:
             fitting = [p for p in candidates if fits_pool_spec(job, p)]
             if not fitting:
                 raise AdmissionError("no pool can ever run it: " + unschedulable_reason(job, candidates))
+            if req.mig is None:
+                fitting = self._whole_gpu_pools(job, fitting, view)
             why = admission_problem(self._spec.quotas.values(), [self._ask(probe, p) for p in fitting])
             if why is not None:
                 raise AdmissionError(why, kind="quota")
@@ -1375,6 +1377,39 @@ class SchedulerService:
                 else:  # an idempotent retry: the job as it is now
                     rec = self._queued.get(rec.id) or self._holding.get(rec.id) or self.store.get(rec.id) or rec
                 p.record = rec
+
+    def _mig_instances(self, pool: PoolSpec, view: LiveView) -> set[str]:
+        """MIG profiles a pool has now or declares in its layout."""
+        present = {s.profile.name for n in view.state.pools[pool.name].nodes.values() for g in n.gpus
+                   for s in g.slices}
+        return present | set(pool.mig_layout)
+
+    def _whole_gpu_pools(self, job: Job, fitting: list[PoolSpec], view: LiveView) -> list[PoolSpec]:
+        """The pools of ``fitting`` that can hold a whole-GPU request as their GPUs are split.
+
+        Feasibility lets a MIG pool hold a whole GPU as a 7g instance, layouts being free to change in the
+        simulator; here layouts are the spec's and only a served model re-splits a GPU, so under a heuristic
+        a MIG pool without that instance would keep the job queued forever: it is refused at submit instead.
+        """
+        if self._policy.scheduler == "rl" and not self.config.fallback_only:
+            return fitting
+        ok: list[PoolSpec] = []
+        missing: list[str] = []
+        for p in fitting:
+            if p.sharing is not Sharing.MIG:
+                ok.append(p)
+                continue
+            prof = profile_for(p.model, job.num_gpus, job.gpu_milli)
+            have = self._mig_instances(p, view)
+            if prof is not None and prof.name in have:
+                ok.append(p)
+            else:
+                missing.append(f"pool {p.name} is split into MIG instances ({', '.join(sorted(have)) or 'none'}) "
+                               f"and has no {prof.name if prof else 'whole-GPU'} instance")
+        if not ok:
+            raise AdmissionError(f"no pool can ever run it: a whole GPU was asked for, but {'; '.join(missing)}; "
+                                 "ask for a MIG instance with --mig PROFILE, or for a pool with whole GPUs")
+        return ok
 
     def _check_mig(self, profile: str, candidates: list[PoolSpec], view: LiveView) -> None:
         mig_pools = [p for p in candidates if p.sharing is Sharing.MIG]

@@ -244,3 +244,81 @@ def test_reload_keeps_the_service_and_refuses_a_bad_spec(served: Served, tmp_pat
     assert status == 200, raw
     status, _, _ = http("GET", served.url + "/healthz")
     assert status == 200
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    (b'{"argv": ["true"], "deadline": Infinity}', "deadline"),
+    (b'{"argv": ["true"], "deadline": -Infinity}', "deadline"),
+    (b'{"argv": ["true"], "deadline": NaN}', "deadline"),
+    (b'{"argv": ["true"], "deadline": 1e400}', "deadline"),
+    (b'{"argv": ["true"], "cpus": Infinity}', "cpus"),
+    (b'{"argv": ["true"], "memory_gib": NaN}', "memory_gib"),
+    (b'{"argv": ["true"], "estimated_duration_s": Infinity}', "estimated_duration_s"),
+])
+def test_non_finite_numbers_get_422_naming_the_field(served: Served, raw: bytes, field: str) -> None:
+    status, _, body = http("POST", served.url + "/v1/jobs", token=served.token, raw=raw)
+    assert status == 422, body
+    msg = detail(body)
+    assert msg.startswith(f"{field}:") and "\n" not in msg, msg
+
+
+def test_out_of_range_cursors_and_bad_reload_paths_are_4xx_one_line(served: Served) -> None:
+    for query in (f"since={2**63}", f"since={10**30}", "since_time=inf", "since_time=nan"):
+        status, _, raw = http("GET", f"{served.url}/v1/audit?{query}", token=served.token)
+        assert status == 422, (query, raw)
+        assert "query parameter since" in detail(raw), raw
+    status, _, raw = http("GET", f"{served.url}/v1/audit?since={2**63 - 1}", token=served.token)
+    assert status == 200 and json.loads(raw) == []
+    for body in ({"spec_paths": ["/tmp/a\x00b.hcl"]}, {"policy": "fifo\x00"}, {"spec_paths": ["/" + "x" * 4000]}):
+        status, _, raw = http("POST", served.url + "/v1/reload", token=served.token, body=body)
+        assert 400 <= status < 500, (body, status, raw)
+        msg = detail(raw)
+        assert "\n" not in msg, msg
+    status, _, raw = http("POST", served.url + "/v1/reload", token=served.token, body={"spec_paths": ["a\x00b"]})
+    assert status == 422 and "spec_paths" in detail(raw) and "NUL" in detail(raw)
+
+
+def test_an_unparseable_content_length_gets_400_in_the_api_shape(served: Served) -> None:
+    import socket
+
+    u = urllib.parse.urlsplit(served.url)
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=30) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: abc\r\n\r\n{}")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), data
+    assert b"content-type: application/json" in head.lower(), head
+    assert "Content-Length" in json.loads(body)["detail"]
+
+
+def test_keep_alive_responses_are_not_delayed_by_nagle() -> None:
+    """The listening socket is TCP (proto set), so the event loop sets TCP_NODELAY on every accepted socket."""
+    import asyncio
+    import socket
+
+    from rlsched.service.daemon import bind
+
+    listener = bind("127.0.0.1", 0)
+    seen: list[int] = []
+
+    async def main() -> None:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handle, sock=listener)
+        port = listener.getsockname()[1]
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(2000):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        w.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0

@@ -205,3 +205,18 @@ def test_kill_9_during_a_re_split_is_closed_from_the_real_layout_on_restart(tmp_
     finally:
         kill_jobs(svc)
         svc.store.close()
+
+
+def test_a_whole_gpu_on_a_mig_only_pool_is_refused_at_submit(tmp_path: Path) -> None:
+    from rlsched.service.service import AdmissionError
+
+    with service(tmp_path) as svc:
+        with pytest.raises(AdmissionError, match=r"no pool can ever run it: a whole GPU was asked for, but pool mig "
+                                                 r"is split into MIG instances \(1g.10gb, 2g.20gb, 3g.40gb\) and has "
+                                                 r"no 7g.80gb instance"):
+            svc.submit(SubmitRequest(sleeper(), gpus=1, pool="mig"))
+        # the same request anywhere goes to the whole-GPU pool; a MIG instance of the pool is accepted
+        anywhere = svc.submit(SubmitRequest(sleeper(1), gpus=1))
+        sliced = svc.submit(SubmitRequest(sleeper(1), mig="3g.40gb", pool="mig"))
+        assert {svc.job_status(j.id)["state"] for j in (anywhere, sliced)} == {"queued"}
+        assert svc.store.counts()["queued"] == 2
