@@ -178,8 +178,13 @@ class GeneratorFamily:
     def available(self) -> bool:
         return True
 
-    def windows(self, count: int, max_jobs: int | None = None, seed0: int = 1000) -> list[World]:
-        """Seeds ``seed0 .. seed0 + count - 1`` (evaluation seeds; training draws below 1000)."""
+    def windows(self, count: int, max_jobs: int | None = None, avoid: Sequence[tuple[float, float]] = (),
+                seed0: int = 1000) -> list[World]:
+        """Seeds ``seed0 .. seed0 + count - 1`` (evaluation seeds; training draws below 1000).
+
+        ``avoid`` is accepted for symmetry with :meth:`TraceFamily.windows` and unused: a
+        generated family has no hours a model could have seen.
+        """
         from rlsched.cluster.spec import parse_cluster
         from rlsched.market import default_market
         from rlsched.scenario import Scenario
