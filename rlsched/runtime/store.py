@@ -486,9 +486,14 @@ class Store:
         row = self._conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _record(row) if row is not None else None
 
-    def jobs(self, states: Sequence[JobState | str] | None = None, *,
-             finished_since: float | None = None) -> list[JobRecord]:
-        """Jobs in submission order, optionally only in ``states`` and finished at or after ``finished_since``."""
+    def jobs(self, states: Sequence[JobState | str] | None = None, *, finished_since: float | None = None,
+             limit: int | None = None, before: int | None = None) -> list[JobRecord]:
+        """Jobs in submission order, optionally only in ``states`` and finished at or after ``finished_since``.
+
+        ``limit``: only the last ``limit`` matching jobs (read newest first by ``seq``, so the cost is bounded by
+        the limit, not by the table); ``before``: only jobs with ``seq < before`` (a cursor to page back with:
+        the ``seq`` of the first job of the previous page).
+        """
         where: list[str] = []
         args: list[Any] = []
         if states is not None:
@@ -498,8 +503,26 @@ class Store:
         if finished_since is not None:
             where.append("finished_at >= ?")
             args.append(finished_since)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq"
-        return [_record(r) for r in self._conn().execute(sql, args).fetchall()]
+        if before is not None:
+            where.append("seq < ?")
+            args.append(min(int(before), 2**63 - 1))
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        if limit is None:
+            return [_record(r) for r in self._conn().execute(sql + " ORDER BY seq", args).fetchall()]
+        n = max(0, int(limit))
+        if states is None:
+            rows = self._conn().execute(sql + " ORDER BY seq DESC LIMIT ?", [*args, n]).fetchall()
+        else:
+            # One index range per state, newest first (state IN (...) would read every matching row to sort
+            # them): at most ``limit`` rows per state, merged.
+            rows = []
+            rest = where[1:]
+            for state in dict.fromkeys(JobState(x).value for x in states):
+                q = ("SELECT * FROM jobs INDEXED BY jobs_by_state WHERE state = ?"
+                     + "".join(f" AND {w}" for w in rest) + " ORDER BY seq DESC LIMIT ?")
+                rows += self._conn().execute(q, [state, *args[len(states):], n]).fetchall()
+            rows = sorted(rows, key=lambda r: r["seq"], reverse=True)[:n]
+        return [_record(r) for r in reversed(rows)]
 
     def queued(self) -> list[JobRecord]:
         """Queued jobs in submission order (policies impose their own order)."""

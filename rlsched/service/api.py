@@ -3,7 +3,8 @@
 Endpoints (all under a bearer token except ``/healthz``, ``/docs`` and ``/openapi.json``)::
 
     POST /v1/jobs                 submit (201, the job; Idempotency-Key header: a retry gets the same job)
-    GET  /v1/jobs                 list (?state=queued&state=running, ?limit=N: the last N)
+    GET  /v1/jobs                 list (?state=queued&state=running, ?limit=N: the last N, default 1000;
+                                  ?before=SEQ pages back, see the X-Rlsched-Next-Before header)
     GET  /v1/jobs/{id}            one job, with the reason and queue position of a pending one
     POST /v1/jobs/{id}/cancel     cancel (queued: at once; running: SIGTERM, grace, SIGKILL)
     GET  /v1/jobs/{id}/logs       the job's stdout+stderr (?tail=N last bytes, ?offset=N from byte N)
@@ -53,6 +54,8 @@ log = logging.getLogger("rlsched.service.api")
 
 #: Default largest request body accepted (bytes); larger requests get 413.
 MAX_BODY_BYTES = 64 * 1024
+#: Jobs one ``GET /v1/jobs`` returns by default and at most (clients page back with ``?before=``).
+DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
 #: Most bytes one /logs response returns (clients page with ?offset=).
 MAX_LOG_CHUNK = 8 * 1024 * 1024
 MAX_GPUS = 1024
@@ -94,7 +97,8 @@ class ServiceLike(Protocol):
     def submit(self, req: Any) -> Any: ...
     def cancel(self, job_id: str) -> Any: ...
     def job_status(self, job_id: str) -> dict[str, Any]: ...
-    def jobs(self, states: list[str] | None = None) -> list[dict[str, Any]]: ...
+    def jobs(self, states: list[str] | None = None, limit: int | None = None,
+             before: int | None = None) -> list[dict[str, Any]]: ...
     def log_path(self, job_id: str) -> Path: ...
     def audit(self, since: int | None = None, job: str | None = None,
               limit: int | None = None) -> "list[AuditRecord]": ...
@@ -558,20 +562,28 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
         return {"id": rec.id, "state": state, "submitted_at": rec.submitted_at}
 
     @app.get("/v1/jobs", tags=["jobs"], response_model=list[JobView], response_model_exclude_unset=True,
-             dependencies=auth, responses=_ERRORS,
-             summary="List jobs in submission order")
+             dependencies=auth,
+             responses={**_ERRORS, 200: {"description": "Jobs in submission order. Header X-Rlsched-Next-Before "
+                                                        "(when older matching jobs exist): the `before` of the "
+                                                        "previous page."}},
+             summary="List jobs in submission order (the last `limit`; page back with `before`)")
     def list_jobs(
+        response: Response,
         state: Annotated[list[JobStateName] | None, Query(description="Only jobs in these states (repeatable).")]
         = None,
-        limit: Annotated[int | None, Query(ge=1, le=1_000_000, description="Only the last N matching jobs.")]
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="The last N matching jobs.")] = DEFAULT_PAGE,
+        before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only jobs whose `seq` is below this "
+                                                                         "(the X-Rlsched-Next-Before of a page).")]
         = None,
     ) -> list[dict[str, Any]]:
         states = [s.value for s in state] if state else None
         try:
-            out = service.jobs(states)
+            out = service.jobs(states, limit=limit, before=before)
         except RlschedError as exc:
             raise fail(exc) from None
-        return out[-limit:] if limit is not None else out
+        if len(out) == limit and out and isinstance(out[0].get("seq"), int):
+            response.headers["X-Rlsched-Next-Before"] = str(out[0]["seq"])
+        return out
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=JobView, response_model_exclude_unset=True,
              dependencies=auth,

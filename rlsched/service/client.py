@@ -49,6 +49,8 @@ SERVER_ENV = "RLSCHED_SERVER"
 #: Default listen address of ``rlsched serve`` and the default URL of clients.
 DEFAULT_LISTEN = "127.0.0.1:8470"
 DEFAULT_SERVER = f"http://{DEFAULT_LISTEN}"
+#: Jobs asked for per ``GET /v1/jobs`` page.
+JOBS_PAGE = 1000
 #: The file ``rlsched serve`` writes in its state dir while it runs.
 SERVER_FILE = "server.json"
 
@@ -384,11 +386,21 @@ class Client:
         return out
 
     def jobs(self, states: Sequence[str] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        query: list[tuple[str, Any]] = [("state", s) for s in states or ()]
-        if limit is not None:
-            query.append(("limit", limit))
-        out: list[dict[str, Any]] = self.get_json("/v1/jobs", query=query)
-        return out
+        """The last ``limit`` matching jobs in submission order; every one (paged) when ``limit`` is None."""
+        out: list[dict[str, Any]] = []
+        before: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("state", s) for s in states or ()]
+            page = JOBS_PAGE if limit is None else min(JOBS_PAGE, limit - len(out))
+            query.append(("limit", page))
+            if before is not None:
+                query.append(("before", before))
+            _, headers, raw = self.request("GET", "/v1/jobs", query=query, retries=2)
+            got: list[dict[str, Any]] = json.loads(raw)
+            out[:0] = got
+            before = headers.get("x-rlsched-next-before")
+            if not before or not got or (limit is not None and len(out) >= limit):
+                return out
 
     def job(self, job_id: str) -> dict[str, Any]:
         out: dict[str, Any] = self.get_json(f"/v1/jobs/{urllib.parse.quote(job_id, safe='')}")

@@ -276,6 +276,10 @@ class SchedulerService:
         self._pass_gen = -1
         self._struct_sig: Any = None
         self._views_built = 0
+        #: (mirror generation, job id -> queue position) of the last :meth:`_positions`.
+        self._positions_cache: tuple[int, dict[str, int]] | None = None
+        #: per-pool GPU summary of the last loop pass (``/v1/info`` reads it without building a view).
+        self._pool_summary: dict[str, Any] | None = None
         #: jobs committed as running whose process is being started (outside the lock).
         self._launching: set[str] = set()
         self._to_launch: list[tuple[JobRecord, Allocation]] = []
@@ -1235,6 +1239,7 @@ class SchedulerService:
         if view is None:
             return
         summary = view.pool_summary()
+        self._pool_summary = summary
         self.metrics.set_allocation({
             name: (p["gpus_total"], p["gpus_allocated"],
                    {prof: d["allocated"] for prof, d in p["mig_instances"].items()})
@@ -1464,9 +1469,15 @@ class SchedulerService:
             self._wake.set()
             return state
 
-    def _position(self, rec: JobRecord, queued: list[JobRecord]) -> int:
-        order = sorted(queued, key=lambda r: (-r.priority, r.seq))
-        return next((i for i, r in enumerate(order, 1) if r.id == rec.id), 0)
+    def _positions(self) -> dict[str, int]:
+        """Job id -> 1-based place in the queue (priority, then submission), computed once per mirror change."""
+        cached = self._positions_cache
+        if cached is not None and cached[0] == self._gen:
+            return cached[1]
+        order = sorted(self._queued.values(), key=lambda r: (-r.priority, r.seq))
+        positions = {r.id: i for i, r in enumerate(order, 1)}
+        self._positions_cache = (self._gen, positions)
+        return positions
 
     def _reason(self, rec: JobRecord) -> str:
         if rec.id in self._quota_held:
@@ -1489,6 +1500,7 @@ class SchedulerService:
         alloc = rec.allocation
         return {
             "id": rec.id,
+            "seq": rec.seq,
             "state": rec.state.value,
             "user": rec.user,
             "priority": rec.priority,
@@ -1515,44 +1527,64 @@ class SchedulerService:
     def job_status(self, job_id: str) -> dict[str, Any]:
         """A JSON-able picture of one job; a queued one also gets ``reason`` and ``position``.
 
+        The store is read without the service lock (SQLite WAL readers never wait); the lock is held only to
+        explain a pending job from the in-memory mirror.
+
         Raises:
             UnknownJobError: no such job.
         """
-        with self._lock:
-            rec = self.store.get(job_id)
-            if rec is None:
-                raise UnknownJobError(f"no job {job_id!r}")
-            out = self._record_dict(rec)
-            issue = self._view.job_issues.get(rec.id) if self._view is not None else None
-            if issue and rec.state.holds_gpus:
-                out["issue"] = issue
-            if rec.state is JobState.QUEUED:
-                out["reason"] = self._reason(rec)
-                out["position"] = self._position(rec, self._queued_records())
-            elif rec.state is JobState.PREEMPTED:
-                out["reason"] = f"stopping ({rec.reason or 'preempted'})"
-            elif rec.state is JobState.RUNNING and rec.cancel_requested:
-                out["reason"] = "stopping (cancel requested)"
-            return out
+        rec = self.store.get(job_id)
+        if rec is None:
+            raise UnknownJobError(f"no job {job_id!r}")
+        out = self._record_dict(rec)
+        if rec.state is JobState.RUNNING and rec.cancel_requested:
+            out["reason"] = "stopping (cancel requested)"
+        elif rec.state is JobState.PREEMPTED:
+            out["reason"] = f"stopping ({rec.reason or 'preempted'})"
+        if rec.state.holds_gpus or rec.state is JobState.QUEUED:
+            with self._lock:
+                self._explain([(rec, out)])
+        return out
 
-    def jobs(self, states: list[str] | None = None) -> list[dict[str, Any]]:
-        """Jobs in submission order (optionally only in ``states``), as :meth:`job_status` shows them."""
-        with self._lock:
-            try:
-                recs = self.store.jobs([JobState(s) for s in states] if states else None)
-            except ValueError:
-                raise AdmissionError(f"unknown job state in {states!r} "
-                                     f"(states: {', '.join(s.value for s in JobState)})") from None
-            queued = [r for r in recs if r.state is JobState.QUEUED]
-            all_queued = self._queued_records() if queued else []
-            out = []
-            for rec in recs:
-                d = self._record_dict(rec)
-                if rec.state is JobState.QUEUED:
-                    d["reason"] = self._reason(rec)
-                    d["position"] = self._position(rec, all_queued)
-                out.append(d)
-            return out
+    def _explain(self, pairs: list[tuple[JobRecord, dict[str, Any]]]) -> None:
+        """Add the live view's issue of held jobs and the reason and position of queued ones (under the lock)."""
+        positions: dict[str, int] | None = None
+        for rec, out in pairs:
+            if rec.state.holds_gpus:
+                issue = self._view.job_issues.get(rec.id) if self._view is not None else None
+                if issue:
+                    out["issue"] = issue
+            elif rec.state is JobState.QUEUED:
+                if positions is None:
+                    positions = self._positions()
+                out["reason"] = self._reason(rec)
+                out["position"] = positions.get(rec.id, 0)
+
+    def jobs(self, states: list[str] | None = None, limit: int | None = None,
+             before: int | None = None) -> list[dict[str, Any]]:
+        """Jobs in submission order (optionally only in ``states``), as :meth:`job_status` shows them.
+
+        ``limit``: the last ``limit`` matching jobs; ``before``: only jobs with ``seq`` below it (paging back).
+        The read is bounded by ``limit`` in SQL and made without the service lock, which is held only to
+        explain the queued jobs of the page: a listing never stalls scheduling or submissions.
+        """
+        try:
+            wanted = [JobState(s) for s in states] if states else None
+        except ValueError:
+            raise AdmissionError(f"unknown job state in {states!r} "
+                                 f"(states: {', '.join(s.value for s in JobState)})") from None
+        recs = self.store.jobs(wanted, limit=limit, before=before)
+        pairs = [(rec, self._record_dict(rec)) for rec in recs]
+        live = [(rec, d) for rec, d in pairs if rec.state is JobState.QUEUED or rec.state.holds_gpus]
+        if live:
+            with self._lock:
+                self._explain(live)
+        for rec, d in live:
+            if rec.state is JobState.PREEMPTED:
+                d.setdefault("reason", f"stopping ({rec.reason or 'preempted'})")
+            elif rec.state is JobState.RUNNING and rec.cancel_requested:
+                d.setdefault("reason", "stopping (cancel requested)")
+        return [d for _, d in pairs]
 
     def log_path(self, job_id: str) -> Path:
         """The job's log file (stdout + stderr of every attempt); UnknownJobError for unknown ids."""
@@ -1591,6 +1623,7 @@ class SchedulerService:
             self._needs_reset = True
             self._signature = None
             self._view = None
+            self._pool_summary = None
             self._struct_sig = None
             self._job_cache = {}
             self.metrics.reset_guard_mirror()
@@ -1617,8 +1650,13 @@ class SchedulerService:
         with self._lock:
             counts = self._counts()
             guard = self._guard
-            view = self._current_view()
-            pools = view.pool_summary()
+            # the last pass's summary: /v1/info never builds a view (a pass does, and one follows any change)
+            view: LiveView | None
+            if self._pool_summary is not None:
+                view, pools = self._view, self._pool_summary
+            else:
+                view = self._current_view()
+                pools = view.pool_summary()
             return {
                 "policy": self._policy.name,
                 "scheduler": self._policy.scheduler,

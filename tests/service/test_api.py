@@ -322,3 +322,28 @@ def test_keep_alive_responses_are_not_delayed_by_nagle() -> None:
 
     asyncio.run(main())
     assert seen and seen[0] != 0
+
+
+def test_job_listing_pages_back(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = []
+    for _ in range(9):
+        status, _, raw = submit(served, {"argv": ["true"], "gpus": 1, "mig": None, "pool": "train",
+                                         "user": "pager"})
+        assert status == 201, raw
+        ids.append(json.loads(raw)["id"])
+    status, _, raw = http("GET", served.url + "/v1/jobs?limit=100000", token=served.token)
+    assert status == 422 and "query parameter limit" in detail(raw)
+    status, headers, raw = http("GET", served.url + "/v1/jobs?limit=4", token=served.token)
+    page = json.loads(raw)
+    assert status == 200 and [j["id"] for j in page] == ids[-4:]
+    assert headers["x-rlsched-next-before"] == str(page[0]["seq"])
+    status, headers, raw = http("GET", f"{served.url}/v1/jobs?limit=4&before={page[0]['seq']}", token=served.token)
+    assert [j["id"] for j in json.loads(raw)] == ids[-8:-4]
+    # the client pages through everything when asked for every job
+    from rlsched.service import client as client_mod
+
+    monkeypatch.setattr(client_mod, "JOBS_PAGE", 2)
+    c = client_mod.Client(served.url, served.token)
+    everything = [j["id"] for j in c.jobs()]
+    assert everything[-9:] == ids and len(everything) == len(set(everything))
+    assert [j["id"] for j in c.jobs(limit=3)] == ids[-3:]

@@ -257,3 +257,45 @@ def test_concurrent_submissions_are_group_committed_and_mirrored(tmp_path: Path)
         until(svc, lambda: svc.store.counts()["done"] == 160, timeout=60)
         assert svc.info()["jobs"] == svc.store.counts() and svc._queued == {} and svc._holding == {}
         assert svc.store.check_invariants() == []
+
+
+def test_reads_of_finished_jobs_do_not_wait_for_the_service_lock(tmp_path: Path) -> None:
+    """A listing reads the store without the service lock: with the lock held (as by a long scheduling pass),
+    finished jobs are still listed and shown; the queued ones of a page wait only to be explained."""
+    import threading
+
+    with service(tmp_path) as svc:
+        done = [svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1)) for _ in range(3)]
+        until(svc, lambda: all(svc.job_status(j.id)["state"] == "done" for j in done), timeout=120)
+        queued = svc.submit(SubmitRequest(sleeper(), gpus=1, pool="onprem", priority=3))
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold() -> None:
+            with svc._lock:
+                held.set()
+                release.wait(120)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(60)
+            results: dict[str, object] = {}
+
+            def read() -> None:
+                results["page"] = svc.jobs(["done"], limit=2)
+                results["one"] = svc.job_status(done[0].id)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            reader.join(120)
+            assert not reader.is_alive() and "page" in results, "a listing of finished jobs waited for the lock"
+            page = results["page"]
+            assert isinstance(page, list) and [j["id"] for j in page] == [d.id for d in done[1:]]
+            assert isinstance(results["one"], dict) and results["one"]["state"] == "done"
+        finally:
+            release.set()
+            holder.join(60)
+        listed = svc.jobs(["queued"], limit=10)
+        assert [j["id"] for j in listed] == [queued.id] and listed[0]["position"] == 1 and listed[0]["reason"]
+        assert [j["seq"] for j in svc.jobs()] == sorted(j["seq"] for j in svc.jobs())
