@@ -20,17 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rlsched.cli.app import app
 from rlsched.cluster.model import PoolSpec
 from rlsched.errors import ScenarioError
+from rlsched.report.terminal import escape_control, output_console
 
-
-def _wide_console(**kw: Any) -> Console:
-    """A console at least 170 columns wide, so the comparison table is readable in logs and pipes."""
-    c = Console(**kw)
-    if c.width < 170:
-        c = Console(width=170, **kw)
-    return c
-
-
-_console = _wide_console()
+_console = output_console()  # as wide as the terminal (COLUMNS); the comparison table fits it
 _err = Console(stderr=True)
 
 
@@ -127,7 +119,7 @@ def simulate(
 
     from rlsched.policies import available
     from rlsched.report.plots import plot_reports
-    from rlsched.report.table import comparison_table
+    from rlsched.report.table import comparison_notes, comparison_table, fitted_columns
     from rlsched.scenario import (
         Scenario,
         apply_workload_options,
@@ -231,11 +223,21 @@ def simulate(
 
     title = f"{sc.name}: {len(jobs):,} jobs on {format_cluster(sc.pools)}"
     if not quiet:
-        _console.print(comparison_table(reports, title))
+        from rich.markup import escape
+
+        from rlsched.sim.metrics import HORIZON_REASON
+
+        _, hidden = fitted_columns(reports, title, _console.width)
+        _console.print(comparison_table(reports, title, width=_console.width))
+        preempting = [s.name for s in schedulers if getattr(s, "preempt", False)]
+        for note in comparison_notes(reports, hidden=hidden, preempting=preempting, total_jobs=len(jobs),
+                                     preemptible_jobs=sum(1 for j in jobs if j.preemptible)):
+            _console.print(f"[dim]{escape(note)}[/]")
         for r in reports:
-            if r.unschedulable_reasons:
-                why = "; ".join(f"{n} {k}" for k, n in r.unschedulable_reasons.items())
-                _console.print(f"[yellow]{r.policy}: unschedulable: {why}[/]")
+            # jobs cut off by the horizon are the "unfinished" column (and its note), not unschedulable
+            why = "; ".join(f"{n} {k}" for k, n in r.unschedulable_reasons.items() if k != HORIZON_REASON)
+            if why:
+                _console.print(f"[yellow]{escape(escape_control(f'{r.policy}: unschedulable: {why}'))}[/]")
     if json_out is not None:
         doc = {
             "trace": sc.source or sc.name,

@@ -52,7 +52,7 @@ from rlsched.market.base import Market
 if TYPE_CHECKING:
     from rlsched.policies.base import Scheduler
     from rlsched.workload.forecast import DemandForecaster
-from rlsched.sim.metrics import Report, Timeline, mean_p95
+from rlsched.sim.metrics import HORIZON_REASON, Report, Timeline, mean_p95
 
 # Event kinds (small ints keep heap tuples cheap).
 _COMPLETE, _NODE_READY, _RECLAIM, _RECONFIG_DONE, _AVAIL, _IDLE_CHECK, _WAKE = range(7)
@@ -464,8 +464,12 @@ class Engine:
         if run.job.kind is JobKind.BATCH:
             st.estimator.observe(run.job, run.job.duration)
 
-    def _stop(self, run: JobRun, *, graceful: bool, reason: str) -> None:
-        """Preempt a running job and requeue it; abrupt stops lose un-checkpointed work."""
+    def _stop(self, run: JobRun, *, graceful: bool, reason: str, preemption: bool = True) -> None:
+        """Preempt a running job and requeue it; abrupt stops lose un-checkpointed work.
+
+        ``preemption=False`` for the stop at the horizon: it ends the run, no scheduler or market
+        preempted the job, so it is not counted as a preemption.
+        """
         st = self.state
         job = run.job
         work = self._progress(run)
@@ -483,8 +487,9 @@ class Engine:
         run.attained += (self.now - run.started_at) * job.gpu_demand
         run.checkpointed = kept
         run.work_done = kept - self.config.restart_overhead_s
-        run.preemptions += 1
-        self.preemptions += 1
+        if preemption:
+            run.preemptions += 1
+            self.preemptions += 1
         run.version += 1
         self._release(run)
         del st.running[job.job_id]
@@ -495,10 +500,10 @@ class Engine:
 
     def _stop_at_horizon(self) -> None:
         """The horizon is reached: whatever is queued or running is reported unfinished."""
-        reason = "unfinished at the simulation horizon"
+        reason = HORIZON_REASON
         st = self.state
         for run in list(st.running.values()):
-            self._stop(run, graceful=True, reason=reason)
+            self._stop(run, graceful=True, reason=reason, preemption=False)
         n = len(st.queue)
         for run in list(st.queue.values()):
             st.dequeue(run.job.job_id)

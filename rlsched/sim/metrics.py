@@ -11,8 +11,13 @@ import numpy as np
 RESULT_KEYS = (
     "policy", "mean_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "makespan_s", "gpu_utilization",
     "cost_usd", "cost_ondemand_usd", "cost_spot_usd", "preemptions", "restarts", "lost_gpu_hours",
-    "deadline_misses", "jobs_completed", "jobs_unschedulable", "jobs_skipped", "refused_decisions", "wall_s",
+    "deadline_misses", "jobs_completed", "jobs_unschedulable", "jobs_unfinished", "jobs_skipped", "refused_decisions",
+    "wall_s",
 )
+
+#: The reason recorded for jobs still queued, running or not yet arrived when the horizon cut the run
+#: short: counted in ``jobs_unschedulable`` (for compatibility) and on their own as ``jobs_unfinished``.
+HORIZON_REASON = "unfinished at the simulation horizon"
 
 
 @dataclass
@@ -54,9 +59,20 @@ class Report:
     skipped_reasons: dict[str, int] = field(default_factory=dict)
     timeline: Timeline = field(default_factory=Timeline)
 
+    @property
+    def jobs_unfinished(self) -> int:
+        """Jobs the horizon cut off (still queued, running or not yet arrived): they could have run."""
+        return self.unschedulable_reasons.get(HORIZON_REASON, 0)
+
+    @property
+    def jobs_never_schedulable(self) -> int:
+        """Jobs no pool could ever hold: ``jobs_unschedulable`` without those the horizon cut off."""
+        return self.jobs_unschedulable - self.jobs_unfinished
+
     def result(self) -> dict[str, Any]:
         """The JSON object of ``rlsched simulate --json`` for this run."""
         d = asdict(self)
+        d["jobs_unfinished"] = self.jobs_unfinished
         return {k: d[k] for k in RESULT_KEYS}
 
 

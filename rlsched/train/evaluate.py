@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -94,7 +95,8 @@ def evaluate(
         for p, s in summary.items():
             relative[p] = {
                 "jct_vs_weighted_priority": s["mean_jct_s"] / wp["mean_jct_s"] if wp["mean_jct_s"] else float("nan"),
-                "cost_vs_weighted_priority": s["cost_usd"] / wp["cost_usd"] if wp["cost_usd"] else 1.0,
+                # NaN, not a ratio, when weighted-priority paid nothing (on-prem only): there is no ratio.
+                "cost_vs_weighted_priority": s["cost_usd"] / wp["cost_usd"] if wp["cost_usd"] else float("nan"),
             }
     if ONDEMAND_REFERENCE in summary and any(w[ONDEMAND_REFERENCE]["cost_usd"] > 0 for w in per_world.values()):
         # Spot economics compare against on-demand-only capacity world by world: the mean of the
@@ -113,6 +115,13 @@ def evaluate(
                 "cost_vs_ondemand": statistics.fmean(cr) if cr else float("nan"),
             })
     return {"worlds": per_world, "summary": summary, "relative": relative}
+
+
+def ratio_text(value: float | None) -> str:
+    """A ratio with three decimals, or ``-`` where there is none (a zero or missing reference)."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.3f}"
 
 
 def comparison_markdown(result: dict[str, Any], title: str) -> str:
@@ -137,12 +146,12 @@ def comparison_markdown(result: dict[str, Any], title: str) -> str:
         line = (
             f"| {label} | {s['mean_jct_s'] / 3600:.2f} | {s['p95_jct_s'] / 3600:.2f} | {s['mean_wait_s'] / 3600:.2f} | "
             f"{s['cost_usd']:,.0f} | {s['gpu_utilization']:.1%} | "
-            f"{r.get('jct_vs_weighted_priority', float('nan')):.3f} | "
-            f"{r.get('cost_vs_weighted_priority', float('nan')):.3f} | {s['jobs_completed']:.0f} | "
+            f"{ratio_text(r.get('jct_vs_weighted_priority'))} | "
+            f"{ratio_text(r.get('cost_vs_weighted_priority'))} | {s['jobs_completed']:.0f} | "
             f"{s['jobs_unschedulable']:.0f} |"
         )
         if spot:
-            line += (f" {r.get('jct_vs_ondemand', float('nan')):.3f} | {r.get('cost_vs_ondemand', float('nan')):.3f} | "
+            line += (f" {ratio_text(r.get('jct_vs_ondemand'))} | {ratio_text(r.get('cost_vs_ondemand'))} | "
                      f"{s['deadline_misses']:.1f} | {s['lost_gpu_hours']:.1f} |")
         lines.append(line)
     return "\n".join(lines) + "\n"

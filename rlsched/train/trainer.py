@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from rlsched.envs.trained_actions import TrainedActions
 from rlsched.errors import RlschedError
 from rlsched.train.config import RULE_PARAMS, Experiment
-from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference
+from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference, ratio_text
 from rlsched.train.forecasting import (
     FORECASTER_FILE,
     attach,
@@ -367,6 +368,16 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
+def worlds_actions(worlds: list[World], exp: Experiment) -> TrainedActions:
+    """The action kinds legal somewhere in the training ``worlds`` (the model folder's ``actions.json``)."""
+    from rlsched.envs.codec import ObservationCodec
+
+    layouts = ObservationCodec(window=exp.window, max_pools=exp.max_pools).layouts
+    return TrainedActions.of_fleets((w.scenario.pools for w in worlds), max_pools=exp.max_pools, layouts=layouts,
+                                    source=f"training worlds of {exp.source or exp.name}: "
+                                           + ", ".join(w.label for w in worlds))
+
+
 def train(
     exp: Experiment,
     *,
@@ -389,6 +400,10 @@ def train(
     eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
     holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
     log(f"{len(worlds)} training worlds, {len(eval_worlds)} evaluation windows, {len(holdout_worlds)} holdout windows")
+    # The action kinds the network can learn here: written into the model folder, and masked outside
+    # them in every evaluation below, as when the model is served.
+    trained_actions = worlds_actions(worlds, exp)
+    log(f"trained actions: {trained_actions.describe()}")
     # The demand forecaster: fitted on the training windows only; every training episode and every
     # evaluation replay (policy and heuristics alike) runs with a fresh copy of it.
     fitted = fit_forecasters(exp)
@@ -449,7 +464,7 @@ def train(
 
             c = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
             pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts},
-                             c.signature(), {})
+                             c.signature(), {}, trained_actions)
             pm.rule_params = exp.rule_params()
             return PpoScheduler(pm)
 
@@ -541,7 +556,7 @@ def train(
         }
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
-        PolicyModel.save(out, net, codec, card, rules=exp.rule_params())
+        PolicyModel.save(out, net, codec, card, rules=exp.rule_params(), trained_actions=trained_actions)
         stale = out / FORECASTER_FILE
         if fitted:
             save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)
@@ -615,8 +630,10 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
         *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
         "",
-        f"On the evaluation windows the policy's mean JCT is {rel.get('jct_vs_weighted_priority', float('nan')):.3f}x "
-        f"weighted-priority's at {rel.get('cost_vs_weighted_priority', float('nan')):.3f}x its cost.",
+        f"On the evaluation windows the policy's mean JCT is {ratio_text(rel.get('jct_vs_weighted_priority'))}x "
+        + (f"weighted-priority's at {ratio_text(rel.get('cost_vs_weighted_priority'))}x its cost."
+           if ratio_text(rel.get("cost_vs_weighted_priority")) != "-"
+           else "weighted-priority's (which paid nothing for capacity there, so there is no cost ratio)."),
         "",
         "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
         "",
