@@ -145,6 +145,12 @@ def serve_cmd(
         "--grace", min=0.0, help="Seconds between SIGTERM and SIGKILL when a job is cancelled or preempted.")] = 10.0,
     log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every HTTP request.")] = False,
+    keep_history: Annotated[str, typer.Option(
+        "--keep-history", help="Remove finished jobs (rows, logs) older than this, e.g. 30d, 12h; 0 keeps them "
+                               "whatever their age. The audit trail is always kept.")] = "30d",
+    keep_jobs: Annotated[int, typer.Option(
+        "--keep-jobs", min=0, help="Keep at most this many finished jobs, the newest; 0: no count limit.")]
+    = 100_000,
 ) -> None:
     """Run the scheduler service in the foreground (SIGTERM/Ctrl-C stop it; running jobs keep running)."""
     from rlsched.service.config import ServiceConfig, default_state_dir
@@ -161,7 +167,9 @@ def serve_cmd(
         spec_paths=[p.resolve() for p in specs], state_dir=(state_dir or default_state_dir(specs[0])).resolve(),
         backend=_backend_string(backend), variables=_parse_vars(var), policy=policy, fallback_only=fallback_only,
         shadow=shadow, tick_s=tick_ms / 1000.0, grace_s=grace,
-        max_decision_latency_s=max_decision_latency_ms / 1000.0 if max_decision_latency_ms is not None else None)
+        max_decision_latency_s=max_decision_latency_ms / 1000.0 if max_decision_latency_ms is not None else None,
+        history_max_age_s=parse_duration(keep_history, "--keep-history") or None,
+        history_max_jobs=keep_jobs or None)
 
     def announce(info: Any) -> None:
         typer.echo(f"rlsched service listening on {info.url} (state dir {info.state_dir}; token in "

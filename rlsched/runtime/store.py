@@ -252,6 +252,15 @@ def _milli_of_profile(profile: str) -> int:
     return 1000 if g == 7 else math.ceil(g * 1000 / 7)
 
 
+@dataclass(frozen=True, slots=True)
+class PrunedJob:
+    """A finished job :meth:`Store.prune_finished` deleted (its files are the caller's to remove)."""
+
+    id: str
+    state: JobState
+    log_path: str | None
+
+
 class SubmitOptions(TypedDict, total=False):
     """The keyword options of :meth:`Store.submit_record` (defaults and meaning there)."""
 
@@ -542,6 +551,50 @@ class Store:
         for r in self._conn().execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
             out[r["state"]] = r["n"]
         return out
+
+    # ------------------------------------------------------------------ retention
+    def prune_finished(self, *, finished_before: float | None = None, keep: int | None = None,
+                       limit: int = 500) -> list[PrunedJob]:
+        """Delete up to ``limit`` finished jobs (done, failed, cancelled): those finished before
+        ``finished_before``, and the oldest beyond the newest ``keep``; returns what was deleted.
+
+        The candidates are found by index reads bounded by ``limit`` (outside any write transaction) and
+        deleted in ONE short transaction that re-checks they are finished, so a caller sweeping a long history
+        in batches never holds the write lock for long. Queued, running and preempted jobs are never
+        touched; the audit trail is append-only and keeps their records.
+        """
+        terminal = [st.value for st in JobState if st.terminal]
+        marks = ",".join("?" * len(terminal))
+        conn = self._conn()
+        seqs: set[int] = set()
+        n = max(0, int(limit))
+        if n and finished_before is not None:
+            for st in terminal:
+                seqs.update(r[0] for r in conn.execute(
+                    "SELECT seq FROM jobs INDEXED BY jobs_by_finish WHERE state = ? AND finished_at < ? LIMIT ?",
+                    (st, finished_before, n)))
+        if n and keep is not None:
+            total = conn.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})", terminal).fetchone()[0]
+            excess = total - max(0, int(keep))
+            if excess > 0:
+                seqs.update(r[0] for r in conn.execute(
+                    f"SELECT seq FROM jobs NOT INDEXED WHERE state IN ({marks}) ORDER BY seq LIMIT ?",
+                    [*terminal, min(excess, n)]))
+        chosen = sorted(seqs)[:n]
+        if not chosen:
+            return []
+        where = f"seq IN ({','.join('?' * len(chosen))}) AND state IN ({marks})"
+        with self._tx() as conn:
+            rows = conn.execute(f"SELECT id, state, log_path FROM jobs WHERE {where}", [*chosen, *terminal]).fetchall()
+            conn.execute(f"DELETE FROM jobs WHERE {where}", [*chosen, *terminal])
+        return [PrunedJob(r["id"], JobState(r["state"]), r["log_path"]) for r in rows]
+
+    def prune_decisions(self, before: float, limit: int = 500) -> int:
+        """Delete up to ``limit`` of the oldest decision records made before ``before``; returns how many."""
+        with self._tx() as conn:
+            cur = conn.execute("DELETE FROM decisions WHERE id IN (SELECT id FROM decisions WHERE time < ? "
+                               "ORDER BY id LIMIT ?)", (before, max(0, int(limit))))
+        return int(cur.rowcount or 0)
 
     # ------------------------------------------------------------------ jobs: writes
     def submit(self, argv: Sequence[str], **request: Unpack[SubmitOptions]) -> str:

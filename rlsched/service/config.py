@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: Default retention of finished jobs: 30 days, and the newest 100,000 (whichever removes more).
+DEFAULT_HISTORY_MAX_AGE_S = 30 * 86400.0
+DEFAULT_HISTORY_MAX_JOBS = 100_000
+
 
 def default_state_dir(spec_path: Path) -> Path:
     """Where a service keeps its store and job logs: ``<spec dir>/.rlsched-service/<spec stem>``.
@@ -35,6 +39,11 @@ class ServiceConfig:
         tick_s: control-loop period.
         grace_s: SIGTERM -> SIGKILL delay when a job is cancelled or preempted.
         max_decision_latency_s: overrides the policy's ``health.max_decision_latency``.
+        history_max_age_s: finished jobs (rows, logs, exit files) and decision records older than this are
+            removed (None: kept by age). Default 30 days.
+        history_max_jobs: at most this many finished jobs are kept, the newest (None: no count limit).
+            Default 100,000. The audit trail is append-only and is kept whatever these say.
+        retention_every_s: how often the background sweep runs (the first one soon after the start).
     """
 
     spec_paths: list[Path]
@@ -47,6 +56,9 @@ class ServiceConfig:
     tick_s: float = 0.25
     grace_s: float = 10.0
     max_decision_latency_s: float | None = None
+    history_max_age_s: float | None = DEFAULT_HISTORY_MAX_AGE_S
+    history_max_jobs: int | None = DEFAULT_HISTORY_MAX_JOBS
+    retention_every_s: float = 600.0
 
     def __post_init__(self) -> None:
         self.spec_paths = [Path(p) for p in ([self.spec_paths] if isinstance(self.spec_paths, (str, Path))
@@ -60,6 +72,12 @@ class ServiceConfig:
             raise ValueError("max_decision_latency_s must be > 0")
         if self.fallback_only and self.shadow:
             raise ValueError("fallback_only and shadow exclude each other")
+        if self.history_max_age_s is not None and not self.history_max_age_s > 0:
+            raise ValueError("history_max_age_s must be > 0 (None keeps history of any age)")
+        if self.history_max_jobs is not None and self.history_max_jobs < 0:
+            raise ValueError("history_max_jobs must be >= 0 (None keeps any number)")
+        if not self.retention_every_s > 0:
+            raise ValueError("retention_every_s must be > 0")
 
     def var_args(self) -> list[str]:
         """``variables`` as ``NAME=VALUE`` strings for :func:`rlsched.spec.load_spec` (HCL literals)."""

@@ -349,6 +349,8 @@ def serve_argv(config: ServiceConfig, listen: str) -> list[str]:
         argv += ["--tick-ms", f"{config.tick_s * 1000:g}"]
     if config.grace_s != 10.0:
         argv += ["--grace", f"{config.grace_s:g}"]
+    argv += ["--keep-history", str(float(config.history_max_age_s)) if config.history_max_age_s else "0",
+             "--keep-jobs", str(config.history_max_jobs or 0)]
     return argv
 
 

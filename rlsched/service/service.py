@@ -129,6 +129,10 @@ MAX_DECISIONS_PER_TICK = 2000
 #: Wake-ups (submissions, launches) start a loop iteration at most this often (capped by ``tick_s``):
 #: a burst of submissions is folded into one scheduling pass instead of one pass each.
 MIN_PASS_S = 0.05
+#: History retention: first sweep this long after the start, jobs deleted per transaction, pause in between.
+RETENTION_FIRST_S = 10.0
+RETENTION_BATCH = 500
+RETENTION_PAUSE_S = 0.02
 #: The same loop error is audited at most once per this many seconds.
 ERROR_AUDIT_S = 60.0
 _DEFAULT_POLICY = PolicyDecl(name="default", scheduler="weighted-priority", fallback="weighted-priority")
@@ -386,6 +390,67 @@ class SchedulerService:
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="rlsched-scheduler", daemon=True)
             self._thread.start()
+            if self.config.history_max_age_s is not None or self.config.history_max_jobs is not None:
+                threading.Thread(target=self._retention_loop, name="rlsched-retention", daemon=True).start()
+
+    # ================================================================== retention
+    def _retention_loop(self) -> None:
+        """Sweep old history now and then (see :meth:`prune_history`) until the service stops."""
+        wait = min(RETENTION_FIRST_S, self.config.retention_every_s)
+        while not self._stop.wait(wait):
+            try:
+                self.prune_history(background=True)
+            except Exception as exc:
+                self._loop_error("retention", exc)
+            wait = self.config.retention_every_s
+
+    def prune_history(self, now: float | None = None, *, background: bool = False) -> dict[str, int]:
+        """Remove finished jobs past the retention settings (rows, log and exit files) and old decision records.
+
+        Runs in batches of :data:`RETENTION_BATCH` jobs, each its own short store transaction, with a pause
+        in between, and takes the service lock only to adjust the finished-job counts: scheduling and
+        submissions go on while a long history is swept. ``background``: the sweep of the retention thread,
+        which ends early when the service stops. Returns ``{"jobs": N, "decisions": M}``.
+        """
+        cfg = self.config
+        if cfg.history_max_age_s is None and cfg.history_max_jobs is None:
+            return {"jobs": 0, "decisions": 0}
+        now = self.clock() if now is None else now
+        before = None if cfg.history_max_age_s is None else now - cfg.history_max_age_s
+        removed = decisions = 0
+        exit_files: dict[str, list[str]] | None = None
+        while not (background and self._stop.is_set()):
+            batch = self.store.prune_finished(finished_before=before, keep=cfg.history_max_jobs,
+                                              limit=RETENTION_BATCH)
+            if not batch:
+                break
+            if exit_files is None:  # one directory listing per sweep, not one per job
+                exit_files = {}
+                with contextlib.suppress(OSError), os.scandir(self.executor.log_dir) as it:
+                    for entry in it:
+                        if ".exit.json" in entry.name:
+                            exit_files.setdefault(entry.name.split(".", 1)[0], []).append(entry.path)
+            for job in batch:
+                paths = [job.log_path or str(self.executor.log_dir / f"{job.id}.log"), *exit_files.get(job.id, ())]
+                for path in paths:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+            with self._lock:
+                for job in batch:
+                    left = self._finished.get(job.state.value, 0) - 1
+                    self._finished[job.state.value] = max(0, left)
+            removed += len(batch)
+            time.sleep(RETENTION_PAUSE_S)
+        if before is not None:
+            while True:
+                n = self.store.prune_decisions(before, limit=RETENTION_BATCH)
+                decisions += n
+                if n < RETENTION_BATCH:
+                    break
+                time.sleep(RETENTION_PAUSE_S)
+        if removed or decisions:
+            _log.info("retention: removed %d finished job(s) and %d decision record(s)", removed, decisions)
+        return {"jobs": removed, "decisions": decisions}
 
     def _loop(self) -> None:
         min_gap = min(self.config.tick_s, MIN_PASS_S)

@@ -416,3 +416,24 @@ def test_a_limited_listing_reads_only_its_page(tmp_path: Path) -> None:
     assert [r.seq for r in page] == [4996, 4997, 4998, 4999, 5000]
     assert len(steps) < 50, len(steps)  # reading and sorting all 5,000 rows takes thousands
     store.close()
+
+
+def test_prune_finished_by_age_and_count(tmp_path: Path) -> None:
+    clock = [1000.0]
+    store = Store(tmp_path / "p.db", clock=lambda: clock[0])
+    ids = [store.submit(["true"]) for _ in range(8)]
+    for i, job in enumerate(ids[:6]):
+        clock[0] = 1000.0 + 10 * i
+        store.mark_running(job, ALLOC, None, None)
+        store.mark_finished(job, 0)
+    store.mark_running(ids[6], ALLOC, None, None)  # running and queued jobs are never pruned
+    audit_before = len(store.audit(limit=100000))
+    assert [p.id for p in store.prune_finished(finished_before=1015.0)] == ids[:2]  # finished at 1000, 1010
+    assert [p.id for p in store.prune_finished(keep=3)] == [ids[2]]
+    assert store.prune_finished(keep=3, finished_before=0.0) == []
+    pruned = store.prune_finished(keep=0, limit=2)  # batches of at most ``limit``
+    assert [p.id for p in pruned] == ids[3:5] and {p.state for p in pruned} == {JobState.DONE}
+    assert [r.id for r in store.jobs()] == ids[5:]
+    assert len(store.audit(limit=100000)) == audit_before  # the trail is kept
+    assert store.check_invariants() == []
+    store.close()

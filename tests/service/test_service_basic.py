@@ -299,3 +299,22 @@ def test_reads_of_finished_jobs_do_not_wait_for_the_service_lock(tmp_path: Path)
         listed = svc.jobs(["queued"], limit=10)
         assert [j["id"] for j in listed] == [queued.id] and listed[0]["position"] == 1 and listed[0]["reason"]
         assert [j["seq"] for j in svc.jobs()] == sorted(j["seq"] for j in svc.jobs())
+
+
+def test_retention_removes_old_finished_jobs_and_their_files(tmp_path: Path) -> None:
+    with service(tmp_path, history_max_jobs=2, history_max_age_s=3600.0, retention_every_s=0.2) as svc:
+        svc.start()  # the retention thread sweeps in the background
+        done = [svc.submit(SubmitRequest([PY, "-c", "print('x')"], gpus=1)) for _ in range(5)]
+        held = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        until(None, lambda: {r.id for r in svc.store.jobs()} == {done[3].id, done[4].id, held.id}, timeout=120)
+        logs = svc.executor.log_dir
+        for j in done[:3]:
+            assert not (logs / f"{j.id}.log").exists()
+            assert not list(logs.glob(f"{j.id}.*"))
+        assert (logs / f"{done[4].id}.log").exists()
+        assert svc.info()["jobs"]["done"] == 2
+        assert svc.job_status(held.id)["state"] in ("queued", "running")
+        # by age: everything finished more than an hour before "now" goes
+        out = svc.prune_history(now=svc.clock() + 7200.0)
+        assert out["jobs"] == 2 and {r.id for r in svc.store.jobs()} == {held.id}
+        assert svc.info()["jobs"]["done"] == 0
