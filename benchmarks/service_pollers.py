@@ -5,7 +5,7 @@ service writes them, inserted directly: building them through the API would take
 minutes), starts ``rlsched serve`` on it (real subprocess, sim fleet of 8x8 H100,
 fifo, loopback), then, for each poller count in ``--pollers``:
 
-* ``N`` poller threads loop on what ``rlsched status`` and a dashboard ask: the
+* ``N`` poller processes loop on what ``rlsched status`` and a dashboard ask: the
   active jobs, the last 20 finished ones (``GET /v1/jobs?state=...&limit=20``) and
   ``GET /v1/info``, each on a new connection like the CLI;
 * one submitter sends ``--jobs`` one-GPU ``true`` jobs at ``--rate`` per second.
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -75,28 +75,29 @@ def fill_history(db: Path, n: int) -> None:
     store.close()
 
 
+def poller(url: str, token: str, stop: Any, out: Any) -> None:
+    """One polling client (its own process, like a CLI or a dashboard): loop until ``stop`` is set."""
+    mine: list[float] = []
+    paths = ["/v1/jobs?state=queued&state=running&state=preempted",
+             "/v1/jobs?state=done&state=failed&state=cancelled&limit=20", "/v1/info"]
+    i = 0
+    while not stop.is_set():
+        t = time.perf_counter()
+        status, raw = request("GET", url + paths[i % len(paths)], token)
+        mine.append(time.perf_counter() - t)
+        if status != 200:
+            raise SystemExit(f"poll failed: {status} {raw[:200]!r}")
+        i += 1
+    out.put(mine)
+
+
 def run_phase(url: str, token: str, pollers: int, jobs: int, rate: float) -> dict[str, Any]:
-    stop = threading.Event()
+    stop = multiprocessing.Event()
+    results: Any = multiprocessing.Queue()
     poll_lat: list[float] = []
-    lock = threading.Lock()
-
-    def poller() -> None:
-        mine: list[float] = []
-        paths = ["/v1/jobs?state=queued&state=running&state=preempted",
-                 "/v1/jobs?state=done&state=failed&state=cancelled&limit=20", "/v1/info"]
-        i = 0
-        while not stop.is_set():
-            t = time.perf_counter()
-            status, raw = request("GET", url + paths[i % len(paths)], token)
-            mine.append(time.perf_counter() - t)
-            assert status == 200, raw[:200]
-            i += 1
-        with lock:
-            poll_lat.extend(mine)
-
-    threads = [threading.Thread(target=poller, daemon=True) for _ in range(pollers)]
-    for t in threads:
-        t.start()
+    procs = [multiprocessing.Process(target=poller, args=(url, token, stop, results)) for _ in range(pollers)]
+    for pr in procs:
+        pr.start()
     time.sleep(1.0 if pollers else 0.0)
     ids: list[str] = []
     submit_lat: list[float] = []
@@ -127,8 +128,10 @@ def run_phase(url: str, token: str, pollers: int, jobs: int, rate: float) -> dic
         if pending:
             time.sleep(0.5)
     stop.set()
-    for t in threads:
-        t.join(60)
+    for _ in procs:
+        poll_lat.extend(results.get(timeout=120))
+    for pr in procs:
+        pr.join(60)
     return {"pollers": pollers, "jobs": jobs, "not_started": len(pending),
             "submit_p50_ms": pct(submit_lat, 0.5), "submit_p99_ms": pct(submit_lat, 0.99),
             "submit_to_start_p50_ms": pct(starts, 0.5), "submit_to_start_p99_ms": pct(starts, 0.99),
