@@ -14,14 +14,15 @@ nothing for ``rlsched validate/plan/simulate``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rlsched.cli.app import app
+from rlsched.report.terminal import cell, fit_columns, output_console
 
 models_app = typer.Typer(rich_markup_mode=None,
                    help="The MLflow model registry of trained policies.", no_args_is_help=True)
@@ -82,12 +83,48 @@ def _ratio(tags: dict[str, str], num: str, den: str) -> str:
         return "-"
 
 
+#: ``models list`` columns: (header, justify); on a narrow terminal they go in ``_LIST_DROP_ORDER``.
+_LIST_COLUMNS = ("model", "version", "aliases", "created (UTC)", "mean JCT h", "cost USD", "JCT vs WP",
+                 "cost vs WP", "signature", "commit", "promoted")
+_LIST_DROP_ORDER = ("signature", "promoted", "commit", "created (UTC)", "cost USD", "mean JCT h", "cost vs WP")
+_RIGHT = {"version", "mean JCT h", "cost USD", "JCT vs WP", "cost vs WP"}
+
+
+def _versions_table(rows: list[dict[str, Any]], columns: Sequence[str]) -> Table:
+    """The registered versions with only ``columns``; every registry string is escaped (tags are free text)."""
+    table = Table(title="registered policies")
+    for col in columns:
+        table.add_column(col, justify="right" if col in _RIGHT else "left",
+                         no_wrap=col not in ("aliases", "promoted"), overflow="fold")
+    for r in rows:
+        t: dict[str, Any] = r["tags"]
+        promoted = ""
+        if t.get("promoted_by"):
+            forced = " FORCED" if t.get("forced") == "true" else ""
+            promoted = f"{t['promoted_by']} {t.get('promoted_at', '')}{forced}"
+        values = {
+            "model": r["name"], "version": str(r["version"]), "aliases": ", ".join(r["aliases"]) or "-",
+            "created (UTC)": (r["created"] or "-").replace("+00:00", ""),
+            "mean JCT h": _hours(t, "eval_mean_jct_s"), "cost USD": _money(t, "eval_cost_usd"),
+            "JCT vs WP": _ratio(t, "eval_mean_jct_s", "eval_baseline_mean_jct_s"),
+            "cost vs WP": _ratio(t, "eval_cost_usd", "eval_baseline_cost_usd"),
+            "signature": str(t.get("observation_signature", "-")), "commit": str(t.get("git_commit", "-"))[:10],
+            "promoted": promoted or "-",
+        }
+        table.add_row(*(cell(values[c]) for c in columns))
+    return table
+
+
 @models_app.command("list")
 def list_cmd(
     name: Annotated[str | None, typer.Argument(help="Only this registered model.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON instead of a table.")] = False,
 ) -> None:
-    """Registered versions with their aliases and headline evaluation metrics."""
+    """Registered versions with their aliases and headline evaluation metrics.
+
+    The table fits the terminal ($COLUMNS): on a narrow one the signature, promotion, commit and creation
+    columns go first. "cost vs WP" is "-" where weighted-priority paid nothing (no ratio).
+    """
     from rlsched.train.registry import list_versions
 
     rows = list_versions(name)
@@ -97,25 +134,12 @@ def list_cmd(
     if not rows:
         typer.echo("no registered models" + (f" named {name!r}" if name else ""))
         return
-    table = Table(title="registered policies")
-    for col, justify in (("model", "left"), ("version", "right"), ("aliases", "left"), ("created (UTC)", "left"),
-                         ("mean JCT h", "right"), ("cost USD", "right"), ("JCT vs WP", "right"),
-                         ("cost vs WP", "right"), ("signature", "left"), ("commit", "left"), ("promoted", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for r in rows:
-        t: dict[str, Any] = r["tags"]
-        promoted = ""
-        if t.get("promoted_by"):
-            forced = " FORCED" if t.get("forced") == "true" else ""
-            promoted = f"{t['promoted_by']} {t.get('promoted_at', '')}{forced}"
-        table.add_row(
-            r["name"], str(r["version"]), ", ".join(r["aliases"]) or "-", (r["created"] or "-").replace("+00:00", ""),
-            _hours(t, "eval_mean_jct_s"), _money(t, "eval_cost_usd"),
-            _ratio(t, "eval_mean_jct_s", "eval_baseline_mean_jct_s"),
-            _ratio(t, "eval_cost_usd", "eval_baseline_cost_usd"),
-            str(t.get("observation_signature", "-")), str(t.get("git_commit", "-"))[:10], promoted or "-",
-        )
-    Console(width=220).print(table)
+    console = output_console()
+    shown, hidden = fit_columns(lambda cols: _versions_table(rows, cols), _LIST_COLUMNS, _LIST_DROP_ORDER,
+                                console.width)
+    console.print(_versions_table(rows, shown))
+    if hidden:
+        typer.echo(f"not shown, to fit the terminal: {', '.join(hidden)} (--json has them)")
 
 
 @models_app.command("register")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -127,3 +127,22 @@ class LogWriter:
         if data:
             self.stream.write(data)
         self.stream.flush()
+
+
+def fit_columns(build: Any, columns: Sequence[str], drop_order: Sequence[str],
+                width: int) -> tuple[list[str], list[str]]:
+    """(shown, hidden): the columns of the table ``build(shown)`` makes, leaving out ``drop_order``'s columns
+    one by one, first to last, until the table is at most ``width`` characters wide (or nothing is left
+    to drop). Columns not in ``drop_order`` always stay."""
+    import io
+
+    shown = list(columns)
+    hidden: list[str] = []
+    console = Console(width=100_000, file=io.StringIO())  # a measure is clamped to the console's width
+    for name in drop_order:
+        if console.measure(build(shown)).maximum <= width:
+            break
+        if name in shown:
+            shown.remove(name)
+            hidden.append(name)
+    return shown, hidden
