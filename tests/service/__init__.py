@@ -102,9 +102,13 @@ def env_writer(out: Path) -> list[str]:
     return [PY, "-c", code, str(out)]
 
 
-def until(svc: SchedulerService | None, cond: Callable[[], bool], timeout: float = 5.0,
+def until(svc: SchedulerService | None, cond: Callable[[], bool], timeout: float = 120.0,
           interval: float = 0.02) -> None:
-    """Tick ``svc`` (if given) until ``cond()`` holds; fail after ``timeout`` seconds."""
+    """Tick ``svc`` (if given) until ``cond()`` holds; fail after ``timeout`` seconds.
+
+    The ceiling is generous on purpose: it returns as soon as the condition holds, so a slow, loaded machine
+    costs time, never a failure.
+    """
     deadline = time.monotonic() + timeout
     while True:
         if svc is not None:

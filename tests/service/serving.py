@@ -96,14 +96,14 @@ class Served:
         one beside the spec, so discovery would not find it; tests of discovery set up their own)."""
         return clean_env(**{"RLSCHED_SERVER": self.url, "RLSCHED_TOKEN": self.token, **extra})
 
-    def cli(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*CLI, *args], capture_output=True, text=True, env=self.env(**env), timeout=timeout,
                               cwd=self.state_dir.parent)
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
@@ -152,7 +152,7 @@ def start_serve(spec: Path, fleet: Path, state_dir: Path, *extra: str, timeout: 
 
 
 def http(method: str, url: str, *, token: str | None = None, body: Any = None, raw: bytes | None = None,
-         headers: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
+         headers: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, dict[str, str], bytes]:
     """One request; returns (status, lower-cased headers, body) for any status."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     hdrs = {"Content-Type": "application/json"} if data is not None else {}
@@ -171,7 +171,7 @@ def detail(body: bytes) -> str:
     return str(json.loads(body)["detail"])
 
 
-def wait_for(pred: Any, timeout: float = 60, interval: float = 0.1, what: str = "condition") -> Any:
+def wait_for(pred: Any, timeout: float = 120, interval: float = 0.1, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()

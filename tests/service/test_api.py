@@ -111,7 +111,7 @@ def test_huge_payloads_get_413(served: Served) -> None:
     assert status == 413 and "too large" in detail(raw)
     # Chunked upload without Content-Length: cut off by what arrives, not by the header.
     u = urllib.parse.urlsplit(served.url)
-    conn = HTTPConnection(u.hostname, u.port, timeout=30)
+    conn = HTTPConnection(u.hostname, u.port, timeout=120)
     try:
         conn.putrequest("POST", "/v1/jobs")
         conn.putheader("Authorization", f"Bearer {served.token}")
@@ -282,7 +282,7 @@ def test_an_unparseable_content_length_gets_400_in_the_api_shape(served: Served)
     import socket
 
     u = urllib.parse.urlsplit(served.url)
-    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=30) as sock:
+    with socket.create_connection((u.hostname or "127.0.0.1", u.port or 80), timeout=120) as sock:
         sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: abc\r\n\r\n{}")
         data = b""

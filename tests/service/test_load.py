@@ -133,7 +133,7 @@ def run_load(spec: Path, fleet: Path, state: Path) -> None:
     with Store(state / "jobs.db") as store:
         # Jobs still marked running when the service stopped are `true`: let their wrappers finish.
         for rec in store.holding():
-            wait_for(lambda r=rec: r.pid is None or proc_start_time(r.pid) != r.pid_start, timeout=30,
+            wait_for(lambda r=rec: r.pid is None or proc_start_time(r.pid) != r.pid_start, timeout=120,
                      what=f"job {rec.id} to exit")
         assert store.check_invariants() == []
         rows = {r.id: r for r in store.jobs()}

@@ -241,7 +241,7 @@ def test_two_services_started_together_on_one_state_dir(tmp_path: Path) -> None:
         loser = wait_for(lambda: next((p for p in procs if p.poll() is not None), None), timeout=120,
                          what="one of the two services to give up")
         winner = next(p for p in procs if p is not loser)
-        err = loser.communicate(timeout=30)[1]
+        err = loser.communicate(timeout=120)[1]
         assert loser.returncode == 1, err
         assert f"is in use by another rlsched service (pid {winner.pid}" in err, err
         assert len(err.strip().splitlines()) == 1

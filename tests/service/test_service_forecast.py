@@ -63,7 +63,7 @@ def test_the_policy_sees_the_models_forecast(tmp_path: Path, seen: list[dict[str
     write_spec(tmp_path, scheduler="rl", model="model")
     with service(tmp_path) as svc:
         jobs = [svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=g)) for g in (1, 2, 1)]
-        until(svc, lambda: bool(seen), timeout=30.0)  # (a random-weight policy need not place them)
+        until(svc, lambda: bool(seen), timeout=120.0)  # (a random-weight policy need not place them)
         assert svc.info()["primary_available"]
         live = svc._forecast
         assert live is not None and live.observed == 3 and live.horizon_s == 1800.0
@@ -90,7 +90,7 @@ def test_a_model_without_forecaster_gets_none(tmp_path: Path, seen: list[dict[st
     write_spec(tmp_path, scheduler="rl", model="model")
     with service(tmp_path) as svc:
         svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
-        until(svc, lambda: bool(seen), timeout=30.0)
+        until(svc, lambda: bool(seen), timeout=120.0)
         assert svc._forecast is None
     assert seen and all(s["forecast"] == {} and s["horizon"] == 0.0 for s in seen)
 

@@ -51,10 +51,10 @@ def test_kill_9_then_restart_adopts_running_jobs_and_records_exits(tmp_path: Pat
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     # The short job ends while no service runs; its wrapper records the exit status.
-    until(None, lambda: any(cfg.log_dir.glob(f"{short_id}.*.exit.json")), timeout=5)
+    until(None, lambda: any(cfg.log_dir.glob(f"{short_id}.*.exit.json")), timeout=120)
     svc = SchedulerService(cfg)
     short_pid = svc.store.get(short_id).pid  # type: ignore[union-attr]
-    until(None, lambda: not _alive(short_pid), timeout=5)  # its wrapper has exited too
+    until(None, lambda: not _alive(short_pid), timeout=120)  # its wrapper has exited too
     try:
         before = svc.store.get(long_id)
         assert before is not None and before.state is JobState.RUNNING and before.pid
