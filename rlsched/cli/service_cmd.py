@@ -179,6 +179,41 @@ def serve_cmd(
     raise typer.Exit(code)
 
 
+@app.command("stop")
+def stop_cmd(
+    spec: Annotated[Path | None, typer.Argument(
+        help="The pool spec the service serves (its default state dir is beside it); default: the one service "
+             "running from this directory.", show_default=False)] = None,
+    state_dir: ClientStateDirOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for it to exit.")] = 60.0,
+) -> None:
+    """Stop a running service (SIGTERM: requests in flight finish; running jobs keep running and are re-adopted)."""
+    from rlsched.service.client import discover_local, spec_state_dir
+    from rlsched.service.daemon import stop_running
+
+    if state_dir is not None:
+        sd = state_dir
+    elif spec is not None:
+        sd = spec_state_dir(spec)
+    else:
+        found, where = discover_local()
+        if not found:
+            raise RlschedError(f"no rlsched service runs from this directory ({where}); name it with "
+                               "`rlsched stop SPEC` or --state-dir DIR")
+        if len(found) > 1:
+            listing = ", ".join(str(d) for d, _ in found)
+            raise RlschedError(f"several rlsched services run from this directory ({listing}); choose one with "
+                               "--state-dir")
+        sd = found[0][0]
+    sd = sd.resolve()
+    info = stop_running(sd, timeout=timeout)
+    if info is None:
+        typer.echo(f"no rlsched service runs for state dir {sd}", err=True)
+        return
+    typer.echo(f"stopped the rlsched service at {info.url} (pid {info.pid}, state dir {sd}); its running jobs keep "
+               "running and the next service re-adopts them", err=True)
+
+
 def _backend_string(backend: str | None) -> str | None:
     s = backend or os.environ.get("RLSCHED_BACKEND") or None
     if s and s.startswith("sim:"):

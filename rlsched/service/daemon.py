@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rlsched.errors import RlschedError
 from rlsched.plan.state import pid_alive as _pid_exists
 from rlsched.service.client import DEFAULT_LISTEN, SERVER_FILE, Client, ServiceError, read_server_info
-from rlsched.service.statedir import ServiceLock, StateDirBusyError, open_private, secure_dir
+from rlsched.service.statedir import ServiceLock, StateDirBusyError, holder_pid, open_private, secure_dir
 
 if TYPE_CHECKING:
     from rlsched.service.config import ServiceConfig
@@ -402,15 +402,33 @@ def start_detached(config: ServiceConfig, listen: str = DEFAULT_LISTEN, log_file
 
 
 def stop_running(state_dir: Path, *, timeout: float = 15.0) -> ServerInfo | None:
-    """SIGTERM the service of ``state_dir`` and wait for it to exit; returns what ran (None if nothing did)."""
-    info = find_running(state_dir)
-    if info is None:
+    """SIGTERM the service of ``state_dir`` and wait for it to exit; returns what ran (None if nothing did).
+
+    The service is the process holding the state dir's lock (the kernel's word, not a file's: a stale
+    ``server.json`` or a recycled pid is never signalled).
+
+    Raises:
+        DaemonError: it did not exit within ``timeout`` seconds, or it is another user's.
+    """
+    state_dir = Path(state_dir)
+    pid = holder_pid(state_dir)
+    if pid is None:
         return None
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(info.pid, signal.SIGTERM)
+    raw = read_server_info(state_dir)
+    info: ServerInfo | None = None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        info = ServerInfo.from_json(raw) if raw is not None else None
+    if info is None or info.pid != pid:
+        info = ServerInfo(pid=pid, url="(not announced)", started_at=0.0, state_dir=str(state_dir))
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return info
+    except PermissionError:
+        raise DaemonError(f"the service of {state_dir} (pid {pid}) belongs to another user") from None
     deadline = time.monotonic() + timeout
-    while pid_alive(info.pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
-            raise DaemonError(f"the service (pid {info.pid}) did not stop within {timeout:g} s")
+            raise DaemonError(f"the service (pid {pid}) did not stop within {timeout:g} s")
         time.sleep(0.05)
     return info

@@ -7,6 +7,7 @@ nothing is lost from the queue or the audit trail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -227,3 +228,29 @@ def test_apply_starts_the_service_then_hot_swaps_it(tmp_path: Path) -> None:
     finally:
         os.kill(info["pid"], signal.SIGTERM)
         wait_for(lambda: not (state / "server.json").exists(), timeout=120, what="the service to stop")
+
+
+def test_stop_stops_the_service_found_from_the_spec_directory(tmp_path: Path) -> None:
+    spec, fleet = write_workspace(tmp_path)
+    sd = tmp_path / ".rlsched-service" / "pool"
+    s = start_serve(spec, fleet, sd, default_state_dir=True)
+    try:
+        job = s.cli("submit", "--gpus", "1", "--", "sleep", "3600").stdout.strip()
+        wait_for(lambda: states(s, [job]).get(job) == "running", what="the job to run")
+        job_pid = json.loads(s.cli("status", job, "--json").stdout)["pid"]
+        p = subprocess.run([*CLI, "stop"], capture_output=True, text=True, env=clean_env(), timeout=180, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert f"stopped the rlsched service at {s.url} (pid {s.proc.pid}" in p.stderr, p.stderr
+        assert s.proc.wait(120) == 0
+        assert not (sd / "server.json").exists()
+        os.kill(job_pid, 0)  # the job outlives the service
+        again = subprocess.run([*CLI, "stop", str(spec)], capture_output=True, text=True, env=clean_env(),
+                               timeout=180, cwd=tmp_path)
+        assert again.returncode == 0 and "no rlsched service runs for state dir" in again.stderr, again.stderr
+        lost = subprocess.run([*CLI, "stop"], capture_output=True, text=True, env=clean_env(), timeout=180,
+                              cwd=tmp_path / ".rlsched-service")
+        assert lost.returncode == 1 and "no rlsched service runs from this directory" in lost.stderr, lost.stderr
+    finally:
+        s.stop()
+        with contextlib.suppress(Exception):
+            os.killpg(job_pid, signal.SIGKILL)
