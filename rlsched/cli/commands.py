@@ -1,6 +1,7 @@
 """Import every command module so that it registers on the app."""
 
 import rlsched.cli.backend_cmd
+import rlsched.cli.gate_cmd
 import rlsched.cli.market_cmd
 import rlsched.cli.plan_cmd
 import rlsched.cli.registry_cmd

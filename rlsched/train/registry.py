@@ -24,7 +24,13 @@ stored in the version's card (copied into its ``eval_metrics`` tag at registrati
 4. if a champion exists: candidate ``mean_jct_s`` < champion ``mean_jct_s`` and
    candidate ``cost_usd`` <= champion ``cost_usd`` x (1 + 1e-9);
 5. if both versions record an ``eval_set`` (a hash of their evaluation windows), they
-   are equal: numbers measured on different workloads are not comparable.
+   are equal: numbers measured on different workloads are not comparable;
+6. the **workload-family gate** (:mod:`rlsched.train.generalisation`): on every family
+   of workloads the candidate never trained or was tuned on, its mean JCT is at most
+   1.02x the best heuristic's (mean of per-window ratios). The results come from the
+   version's ``family_gate`` tag (set at registration from the card's
+   ``metrics.families``, or later by ``rlsched models gate NAME VERSION``); a version
+   without them is refused - a gate that judged nothing lets nothing through.
 
 Any non-finite or missing number fails its check. ``force=True`` skips the rule,
 but a forced promotion is audited: tags on the version (``promoted_by``,
@@ -257,6 +263,34 @@ def card_eval(card: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(p): dict(m) for p, m in ev.items() if isinstance(m, Mapping)}
 
 
+#: The version tag holding the workload-family gate's results (compact JSON).
+FAMILY_TAG = "family_gate"
+
+
+def card_families(card: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``card["metrics"]["families"]`` (``{"summary": ..., "exposure": ...}``), None when absent."""
+    fam = (card.get("metrics") or {}).get("families")
+    if isinstance(fam, Mapping) and isinstance(fam.get("summary"), Mapping):
+        return {"summary": dict(fam["summary"]), "exposure": dict(fam.get("exposure") or {})}
+    return None
+
+
+def family_tag(fam: Mapping[str, Any]) -> str:
+    """The ``family_gate`` tag: per family only what the gate and a reader need (fits MLflow's tag limit)."""
+    keep = ("windows", "best", "best_vs_wp", "bound_vs_wp", "model_vs_best", "model_vs_wp")
+    summary = {f: {k: s[k] for k in keep if k in s} for f, s in fam["summary"].items()}
+    return json.dumps({"summary": summary, "exposure": fam.get("exposure", {})}, sort_keys=True)
+
+
+def family_gate_checks(fam: Mapping[str, Any] | None) -> list[Check]:
+    """Rule 6 as checks; a version without family results fails it."""
+    if fam is None:
+        return [Check(False, "no workload-family evaluation: run `rlsched models gate NAME VERSION` first")]
+    from rlsched.train.generalisation import family_checks
+
+    return [Check(ok, text) for ok, text in family_checks(fam["summary"], fam.get("exposure", {}))]
+
+
 def candidate_entry(ev: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The candidate's own metrics: ``ppo``, else the only key starting with ``ppo``."""
     if CANDIDATE_POLICY in ev:
@@ -292,6 +326,9 @@ def registration_tags(model: PolicyModel, extra: Mapping[str, Any] | None = None
     es = eval_set_id(card)
     if es:
         tags["eval_set"] = es
+    fam = card_families(card)
+    if fam is not None:
+        tags[FAMILY_TAG] = family_tag(fam)
     for k, v in (extra or {}).items():
         tags[str(k)] = _tag_value(v)
     if tags.get("observation_signature", model.signature) != model.signature:
@@ -687,6 +724,47 @@ def _version_eval(mv: Any) -> tuple[dict[str, dict[str, Any]], str | None]:
     return card_eval(card), eval_set_id(card)
 
 
+def _version_families(mv: Any) -> dict[str, Any] | None:
+    """A version's family-gate results: its ``family_gate`` tag, else its card."""
+    raw = dict(mv.tags or {}).get(FAMILY_TAG)
+    if raw:
+        try:
+            fam = json.loads(raw)
+        except ValueError:
+            fam = None
+        if isinstance(fam, dict) and isinstance(fam.get("summary"), dict):
+            return fam
+    with tempfile.TemporaryDirectory(prefix="rlsched-card-") as tmp:
+        folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
+        return card_families(PolicyModel.load(folder).card)
+
+
+def gate_version(name: str, version: int | str, *, families: list[str] | None = None, windows: int = 3,
+                 max_jobs: int = 1000, processes: int = 1, progress: Any = None) -> tuple[Any, list[Check]]:
+    """Run the workload-family evaluation on a registered version and store it in its ``family_gate`` tag.
+
+    Returns the :class:`~rlsched.train.generalisation.FamilyReport` and the gate's checks.
+    """
+    from rlsched.train.families import resolve
+    from rlsched.train.generalisation import evaluate_families
+
+    mv = resolve_version(ModelRef(name, version=int(version)))
+    fams = resolve(families or ["generated"])
+    with tempfile.TemporaryDirectory(prefix="rlsched-gate-") as tmp:
+        folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
+        card = PolicyModel.load(folder).card
+        report = evaluate_families(fams, str(folder), card=card, windows=windows, max_jobs=max_jobs,
+                                   processes=processes, progress=progress)
+    fam = {"summary": report.summaries, "exposure": report.exposure}
+    mlflow_exc = _mlflow_exception()
+    try:
+        _client().set_model_version_tag(mv.name, str(mv.version), FAMILY_TAG, family_tag(fam))
+    except mlflow_exc as exc:
+        raise TrackingError(f"storing the family gate of {name} version {version} failed: "
+                            f"{str(exc).splitlines()[0]}") from None
+    return report, family_gate_checks(fam)
+
+
 def default_audit_path() -> Path:
     """``$RLSCHED_AUDIT_FILE``, else ``./rlsched-audit.jsonl``."""
     return Path(os.environ.get("RLSCHED_AUDIT_FILE") or DEFAULT_AUDIT_FILE)
@@ -748,7 +826,8 @@ def promote(
     if not force:
         cand_ev, cand_set = _version_eval(mv)
         champ_ev, champ_set = _version_eval(champion) if champion is not None else (None, None)
-        checks = tuple(check_promotion(cand_ev, champ_ev, candidate_eval_set=cand_set, champion_eval_set=champ_set))
+        checks = tuple(check_promotion(cand_ev, champ_ev, candidate_eval_set=cand_set, champion_eval_set=champ_set)
+                       + family_gate_checks(_version_families(mv)))
         failed = [c.text for c in checks if not c.ok]
         if failed:
             return PromoteResult(name, v, False, False, previous,
@@ -843,8 +922,11 @@ __all__ = [
     "ModelRegistryUnavailable",
     "PolicyPyfunc",
     "PromoteResult",
+    "card_families",
     "check_promotion",
     "download_model",
+    "family_gate_checks",
+    "gate_version",
     "list_versions",
     "predict_actions",
     "promote",
