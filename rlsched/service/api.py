@@ -479,6 +479,8 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
     from rlsched.spec.model import SpecError
 
     app = FastAPI(
+        docs_url=None,  # /docs is served below from local assets: FastAPI's default loads them from a CDN
+        redoc_url=None,
         title="rlsched scheduler service",
         version=rlsched.__version__,
         description=("Submit jobs to a GPU pool scheduled by rlsched (learned policy with heuristic fallback), "
@@ -487,6 +489,7 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
         openapi_tags=TAGS,
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    _mount_docs(app)
     bearer = HTTPBearer(auto_error=False, description="The token in <state_dir>/token.")
 
     def require_token(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
@@ -683,6 +686,27 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
 
     app.state.started_at = time.time()
     return app
+
+
+#: Where ``/docs`` loads Swagger UI's script and style from (served by the service itself).
+DOCS_ASSETS = "/docs-assets"
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from the ``swagger-ui-bundle`` package's files, so it works without internet."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from starlette.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} - API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
 
 
 def _f(v: float | int | None) -> float | None:

@@ -347,3 +347,20 @@ def test_job_listing_pages_back(served: Served, monkeypatch: pytest.MonkeyPatch)
     everything = [j["id"] for j in c.jobs()]
     assert everything[-9:] == ids and len(everything) == len(set(everything))
     assert [j["id"] for j in c.jobs(limit=3)] == ids[-3:]
+
+
+def test_docs_work_without_internet(served: Served) -> None:
+    import re
+
+    status, headers, raw = http("GET", served.url + "/docs")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    page = raw.decode()
+    assert "http://" not in page and "https://" not in page, page  # nothing from a CDN
+    assets = re.findall(r"""(?:src|href)=['"](/[^'"]+)['"]""", page)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets) and any(a.endswith(".css") for a in assets)
+    for asset in assets:
+        status, _, body = http("GET", served.url + asset)
+        assert status == 200 and len(body) > 100, asset
+    assert "/openapi.json" in page
+    status, _, _ = http("GET", served.url + "/redoc")
+    assert status == 404
