@@ -9,8 +9,9 @@ flight, the scheduling loop stops, ``server.json`` is removed, and the exit
 status is 0. Job processes are left running; the next service re-adopts them.
 
 A service that dies without cleaning up (``kill -9``, power loss) leaves a stale
-``server.json``; :func:`find_running` checks that the pid is alive *and* that
-``/healthz`` answers with that pid before believing it.
+``server.json``; :func:`find_running` checks that the pid is alive, that
+``/healthz`` answers with that pid, and that the pid holds the listening socket
+(``/proc``) before believing it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 from rlsched.errors import RlschedError
 from rlsched.plan.state import pid_alive as _pid_exists
-from rlsched.service.client import DEFAULT_LISTEN, SERVER_FILE, Client, ServiceError, read_server_info
+from rlsched.service.client import (
+    DEFAULT_LISTEN,
+    SERVER_FILE,
+    Client,
+    ServiceError,
+    listener_owned_by,
+    read_server_info,
+)
 from rlsched.service.statedir import ServiceLock, StateDirBusyError, holder_pid, open_private, secure_dir
 
 if TYPE_CHECKING:
@@ -172,6 +180,8 @@ def find_running(state_dir: Path, *, timeout: float = 2.0) -> ServerInfo | None:
     except ServiceError:
         return None
     if health.get("pid") not in (None, info.pid):
+        return None
+    if not listener_owned_by(info.url, info.pid):  # /healthz answers are anyone's to forge; /proc is not
         return None
     return info
 

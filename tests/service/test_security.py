@@ -84,8 +84,12 @@ def test_the_token_never_goes_to_a_listener_that_does_not_own_it(tmp_path: Path)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         sd = tmp_path / ".rlsched-service" / "pool"
-        with recorder({"status": "ok", "version": "x", "state_dir": str(sd)}) as (url, seen):
+        # the listener even forges /healthz: the pid server.json names, and where the token file is
+        with recorder({"status": "ok", "version": "x", "state_dir": str(sd), "pid": bystander.pid}) as (url, seen):
             token = private_state_dir(sd, url, bystander.pid)
+            from rlsched.service.daemon import find_running
+
+            assert find_running(sd) is None  # so `apply` neither reloads it nor hands it the token
             # 1. the server named, the state dir not: the old client asked /healthz where the token was
             named = run_cli("status", "--server", url, cwd=tmp_path)
             # 2. the state dir named: its server.json points at a port its pid does not hold
