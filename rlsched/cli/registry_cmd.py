@@ -22,6 +22,7 @@ import typer
 from rich.table import Table
 
 from rlsched.cli.app import app
+from rlsched.cli.train_cmd import mlflow_log_level
 from rlsched.report.terminal import cell, fit_columns, output_console
 
 models_app = typer.Typer(rich_markup_mode=None,
@@ -46,6 +47,7 @@ def promote_cmd(
     """Move alias 'champion' to VERSION if it beats weighted-priority and the current champion."""
     if force and not (reason and reason.strip()):
         raise typer.BadParameter("a forced promotion is audited and needs --reason TEXT", param_hint="--reason")
+    mlflow_log_level(verbose=False)
     from rlsched.train.registry import promote
 
     res = promote(name, version, force=force, actor=actor, reason=reason, audit_path=audit_file)
@@ -125,6 +127,7 @@ def list_cmd(
     The table fits the terminal ($COLUMNS): on a narrow one the signature, promotion, commit and creation
     columns go first. "cost vs WP" is "-" where weighted-priority paid nothing (no ratio).
     """
+    mlflow_log_level(verbose=False)
     from rlsched.train.registry import list_versions
 
     rows = list_versions(name)
@@ -156,6 +159,7 @@ def register_cmd(
         if not sep or not key:
             raise typer.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--tag")
         tags[key] = value
+    mlflow_log_level(verbose=False)
     from rlsched.train.registry import register_policy
 
     version = register_policy(folder, name=name, run_id=run_id, tags=tags)

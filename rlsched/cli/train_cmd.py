@@ -13,6 +13,21 @@ from rlsched.cli.app import app
 _console = Console(width=max(Console().width, 140))
 
 
+def mlflow_log_level(verbose: bool) -> None:
+    """Keep MLflow's INFO lines ("Creating initial MLflow database tables...") out of the output unless
+    ``verbose``; a ``$MLFLOW_LOGGING_LEVEL`` the user set wins. Call before MLflow is imported: it reads
+    the variable once, when it configures its loggers."""
+    import logging
+    import os
+
+    if verbose:
+        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"
+    else:
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("mlflow").setLevel(os.environ["MLFLOW_LOGGING_LEVEL"].upper())
+    logging.getLogger("alembic").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 @app.command("train")
 def train_cmd(
     experiment: Annotated[Path, typer.Argument(help="Experiment YAML (see experiments/README.md).")],
@@ -23,8 +38,11 @@ def train_cmd(
     total_steps: Annotated[int | None, typer.Option("--total-steps", help="Override total_steps.")] = None,
     output: Annotated[Path | None, typer.Option("--output", help="Override the model folder.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also show MLflow's own INFO log lines (database setup, run URLs).")] = False,
 ) -> None:
     """Train a MaskablePPO policy, evaluate it against every heuristic, export and register it."""
+    mlflow_log_level(verbose)
     from dataclasses import replace
 
     from rlsched.train.config import load_experiment
