@@ -9,6 +9,10 @@ lowest mean over windows of its ratio to weighted-priority's mean JCT; the candi
 is judged by the mean over windows of ``candidate / best`` (a mean of ratios, so a
 short window counts as much as a long one).
 
+A candidate served behind rules (deadline guard, consolidation, long-job preemption)
+is compared with every heuristic both bare and behind the *same* rules (``NAME+rules``),
+and the best of all of them is the bar, so a gain is the network's and not the rules'.
+
 The gate (:func:`family_checks`) refuses a candidate more than
 :data:`GATE_TOLERANCE` (2%) worse than the best heuristic on any family it has not
 seen; families it trained or was tuned on are reported but never count.
@@ -33,8 +37,12 @@ CANDIDATE = "model"
 #: How much worse than the best heuristic a candidate may be on an unseen family.
 GATE_TOLERANCE = 0.02
 
+#: Suffix of a heuristic run behind the candidate's rules.
+RULED = "+rules"
+
 _WORLDS: list[Any] = []
 _MODEL_REF: str | None = None
+_MODEL: Any = None
 
 
 @dataclass
@@ -61,8 +69,19 @@ class FamilyReport:
 
 
 def _init(worlds: list[Any], model_ref: str | None) -> None:
-    global _WORLDS, _MODEL_REF
-    _WORLDS, _MODEL_REF = worlds, model_ref
+    global _WORLDS, _MODEL_REF, _MODEL
+    _WORLDS, _MODEL_REF, _MODEL = worlds, model_ref, None
+
+
+def _model() -> Any:
+    """The candidate, loaded once per process (a replay must not pay torch's load time)."""
+    global _MODEL
+    if _MODEL is None:
+        from rlsched.policies.ppo import load_policy_ref
+
+        assert _MODEL_REF is not None
+        _MODEL = load_policy_ref(_MODEL_REF)
+    return _MODEL
 
 
 def _run(task: tuple[int, str]) -> tuple[int, str, float]:
@@ -73,12 +92,15 @@ def _run(task: tuple[int, str]) -> tuple[int, str, float]:
     i, name = task
     world = _WORLDS[i]
     if name == CANDIDATE:
-        from rlsched.policies.ppo import PpoScheduler, load_policy_ref
+        from rlsched.policies.ppo import PpoScheduler
 
-        assert _MODEL_REF is not None
-        rep = run_world(world, PpoScheduler(load_policy_ref(_MODEL_REF), name=CANDIDATE))
+        rep = run_world(world, PpoScheduler(_model(), name=CANDIDATE))
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
+    elif name.endswith(RULED):
+        from rlsched.policies.rules import RuledScheduler
+
+        rep = run_world(world, RuledScheduler(make_policy(name[: -len(RULED)]), _model().new_rules()))
     else:
         rep = run_world(world, make_policy(name))
     return i, name, float(rep.result()["mean_jct_s"])
@@ -116,7 +138,12 @@ def evaluate_families(
             report.skipped[key] = "no window the model has not seen" if avoid else "no window with enough jobs"
         worlds.extend(ws)
         fam_of.extend([key] * len(ws))
-    names = [*HEURISTICS, BOUND] + ([CANDIDATE] if model_ref else [])
+    names = [*HEURISTICS, BOUND]
+    if model_ref:
+        _init([], model_ref)
+        if _model().new_rules():
+            names += [h + RULED for h in HEURISTICS]
+        names.append(CANDIDATE)
     tasks = [(i, n) for i in range(len(worlds)) for n in names]
     results: dict[int, dict[str, float]] = {}
     t0 = time.perf_counter()
@@ -144,7 +171,8 @@ def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
     """A family's summary from ``{window: {competitor: mean JCT}}`` (see the module docstring).
 
     Keys: ``windows``, ``best`` (heuristic), ``best_vs_wp``, ``heuristics_vs_wp``,
-    ``bound_vs_wp`` and, with a candidate, ``model_vs_best`` (mean of per-window
+    ``bound_vs_wp`` (every competitor but the bound and the candidate is a heuristic,
+    ``NAME+rules`` ones included) and, with a candidate, ``model_vs_best`` (mean of per-window
     ratios) with its ``_min`` / ``_max``, ``model_no_worse`` (windows) and ``model_vs_wp``.
     """
     labels = [w for w, row in per_window.items() if row.get("weighted-priority", 0) > 0]
@@ -155,7 +183,7 @@ def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
     def vs(a: str, b: str) -> list[float]:
         return [per_window[w][a] / per_window[w][b] for w in labels if per_window[w][b] > 0]
 
-    heur = {h: statistics.fmean(vs(h, "weighted-priority")) for h in HEURISTICS if h in first}
+    heur = {h: statistics.fmean(vs(h, "weighted-priority")) for h in first if h not in (BOUND, CANDIDATE)}
     best = min(heur, key=lambda h: (heur[h], h))
     out: dict[str, Any] = {
         "windows": len(labels), "best": best, "best_vs_wp": heur[best], "heuristics_vs_wp": heur,
@@ -240,8 +268,7 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
 
 def window_table(report: FamilyReport) -> str:
     """Every window's mean JCT relative to weighted-priority, one row per window."""
-    names = [n for n in (*HEURISTICS, BOUND, CANDIDATE)
-             if any(n in row for rows in report.windows.values() for row in rows.values())]
+    names = list(dict.fromkeys(n for rows in report.windows.values() for row in rows.values() for n in row))
     shown = [n for n in names if n != "weighted-priority"]
     lines = ["| family | window | " + " | ".join(shown) + " |", "|---|---|" + "---:|" * len(shown)]
     for fam, rows in report.windows.items():

@@ -49,3 +49,24 @@ def test_unknown_family_and_bad_model_are_one_line(run_benchmark: Callable[..., 
     assert "Traceback" not in proc.stderr
     proc = run_benchmark("generalisation.py", "--model", str(tmp_path), "--families", "gen-light")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.startswith("error: ")
+
+
+def test_a_model_with_rules_is_measured_against_heuristics_behind_the_same_rules(
+        run_benchmark: Callable[..., Any], tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    proc = run_benchmark("generalisation.py", "--model", str(ROOT / "models" / "spot"), "--families",
+                         "gen-tiny-fleet", "--windows", "1", "--max-jobs", "80", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(out.read_text())["summary"]["gen-tiny-fleet"]
+    bare = {"weighted-priority", "fifo", "sjf", "best-fit", "fgd", "fair-share", "tiresias"}
+    assert set(s["heuristics_vs_wp"]) == bare | {f"{h}+rules" for h in bare}
+    assert s["best_vs_wp"] == min(s["heuristics_vs_wp"].values())
+
+
+def test_a_model_without_rules_meets_bare_heuristics_only(tmp_path: Path) -> None:
+    from rlsched.train.families import resolve
+    from rlsched.train.generalisation import evaluate_families
+
+    rep = evaluate_families(resolve(["gen-tiny-fleet"]), str(ROOT / "models" / "default"), windows=1, max_jobs=60)
+    row = next(iter(rep.windows["gen-tiny-fleet"].values()))
+    assert not any(name.endswith("+rules") for name in row) and "model" in row
