@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Preempt
 from rlsched.cluster.feasibility import pool_allows
 from rlsched.cluster.model import ClusterState, JobRun, Placement, PoolKind, Sharing
 from rlsched.policies.autoscale import SpotFirstAutoscaler
@@ -105,71 +105,6 @@ class ShortestJobFirst(QueueHeuristic):
             state.queue.values(),
             key=lambda r: (max(est(r.job) - r.work_done, 1.0) * r.job.gpu_demand, r.job.submit_time),
         )
-
-
-@register("tiresias", "Tiresias 2D-LAS: least attained GPU-time first in discretised queues, with preemption")
-class Tiresias(QueueHeuristic):
-    """Two-dimensional least-attained-service (Gu et al., NSDI'19).
-
-    A job's attained service is GPUs x time it has run. Jobs sit in discretised
-    queues by attained service (``thresholds`` in GPU-seconds); lower queues go
-    first, FIFO within a queue. A job that could start if running jobs of a
-    *higher* queue yielded their GPUs preempts them (gracefully: they checkpoint
-    and requeue, keeping their attained service). The scheduler wakes itself when
-    a running job crosses a threshold so that demotion takes effect. Needs no
-    duration estimate. Preemption is limited to whole-GPU pools and to jobs that
-    declare themselves ``preemptible`` (as every other preempting rule here).
-    """
-
-    name = "tiresias"
-
-    def __init__(self, thresholds: tuple[float, ...] = (3600.0, 36000.0), preempt: bool = True,
-                 **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
-        self.thresholds = tuple(sorted(thresholds))
-        self.preempt = preempt
-        self.blocked_needed = 4 if preempt else 0
-
-    def _attained(self, state: ClusterState, run: JobRun) -> float:
-        if run.placement is not None:
-            return run.attained + (state.time - run.started_at) * run.job.gpu_demand
-        return run.attained
-
-    def _queue(self, attained: float) -> int:
-        q = 0
-        for th in self.thresholds:
-            if attained >= th:
-                q += 1
-        return q
-
-    def order(self, state: ClusterState) -> Iterable[JobRun]:
-        return sorted(state.queue.values(), key=lambda r: (self._queue(r.attained), r.job.submit_time))
-
-    def extra_decisions(self, state: ClusterState, blocked: list[JobRun]) -> Iterator[Decision]:
-        if not self.preempt or not state.running:
-            return
-        for run in blocked[:4]:
-            q = self._queue(run.attained)
-            victims = [
-                r for r in state.running.values()
-                if r.placement is not None and r.job.preemptible and self._queue(self._attained(state, r)) > q
-                and state.pools[r.placement.pool].spec.sharing is Sharing.EXCLUSIVE
-            ]
-            if victims:
-                yield from _evict_for(state, run, victims, self,
-                                      key=lambda r: -self._attained(state, r))
-        # Wake when the next running job crosses a threshold (it may then be demoted).
-        if state.queue:
-            nxt = None
-            for r in state.running.values():
-                a = self._attained(state, r)
-                for th in self.thresholds:
-                    if a < th:
-                        t = state.time + (th - a) / max(r.job.gpu_demand, 1e-9)
-                        nxt = t if nxt is None else min(nxt, t)
-                        break
-            if nxt is not None and nxt > state.time:
-                yield WakeAt(nxt)
 
 
 @register("best-fit", "backfilling FIFO; each job goes where it leaves the least capacity on its node/GPU")
@@ -309,6 +244,8 @@ def _evict_for(state: ClusterState, run: JobRun, victims: list[JobRun], h: Queue
             yield Place(run.job.job_id, placement)
         return
 
+
+from rlsched.policies.tiresias import Tiresias  # noqa: E402  (registers "tiresias" with the other heuristics)
 
 __all__ = [
     "BestFit", "FairShare", "Fifo", "FragmentationGradient", "ShortestJobFirst", "SpotFallback", "Tiresias",

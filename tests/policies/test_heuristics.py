@@ -213,6 +213,68 @@ def test_tiresias_does_not_preempt_within_the_same_queue() -> None:
     assert r.preemptions == 1
 
 
+def test_tiresias_preempts_for_every_blocked_job_at_one_decision_point() -> None:
+    # Six 1-GPU nodes busy with long jobs already demoted; six short jobs arrive together.
+    # Every one of them preempts (there was a cap of four per decision point before).
+    longs = [job(f"L{i}", 0, 10_000, preemptible=True) for i in range(6)]
+    shorts = [job(f"s{i}", 100, 10) for i in range(6)]
+    e, r, _ = _run([pool("p", nodes=6)], longs + shorts, make_policy("tiresias", thresholds=(50.0,)),
+                   restart_overhead_s=0.0)
+    assert all(e.runs[f"s{i}"].first_start == pytest.approx(100.0) for i in range(6))
+    assert r.preemptions == 6
+
+
+def test_tiresias_preempts_a_gang_and_a_gang_preempts_for_whole_nodes() -> None:
+    # Two nodes of 2 GPUs. A demoted 4-GPU gang yields to a 1-GPU newcomer ...
+    jobs = [job("gang", 0, 1_000, n=4, preemptible=True), job("new", 100, 10)]
+    e, r, rec = _run([pool("p", nodes=2, gpus=2)], jobs, make_policy("tiresias", thresholds=(50.0,)),
+                     restart_overhead_s=0.0)
+    assert any(isinstance(d, Preempt) and d.job_id == "gang" for _, d in rec.log)
+    assert e.runs["new"].first_start == pytest.approx(100.0)
+    assert e.runs["gang"].finish_time == pytest.approx(1_010.0)
+    # ... and a new 4-GPU gang empties both nodes of demoted 1-GPU jobs to start at once.
+    jobs = [job(f"o{i}", 0, 1_000, preemptible=True) for i in range(4)] + [job("g", 100, 10, n=4)]
+    e, r, _ = _run([pool("p", nodes=2, gpus=2)], jobs, make_policy("tiresias", thresholds=(50.0,)),
+                   restart_overhead_s=0.0)
+    assert e.runs["g"].first_start == pytest.approx(100.0)
+    assert r.preemptions == 4
+
+
+def test_tiresias_gang_preemption_needs_whole_nodes_by_default() -> None:
+    # Two nodes of 2 GPUs; on each, one demoted preemptible job and one that is not preemptible.
+    # A 3-GPU gang needs one whole node plus one GPU: no node can be emptied, so nobody is
+    # preempted and it waits for the first node to empty at 1,000.
+    jobs = [job("a", 0, 1_000, preemptible=True), job("b", 0, 1_000), job("c", 0, 1_000, preemptible=True),
+            job("d", 0, 1_000), job("g", 100, 10, n=3)]
+    e, r, _ = _run([pool("p", nodes=2, gpus=2)], jobs, make_policy("tiresias", thresholds=(50.0,)))
+    assert r.preemptions == 0
+    assert e.runs["g"].first_start == pytest.approx(1_000.0)
+
+
+def test_tiresias_promotes_a_starving_job_back_to_the_first_queue() -> None:
+    # One GPU, threshold 100 GPU-s. A runs from 0 and is demoted at 100, when B (waiting since 10)
+    # preempts it. B is demoted at 200; A has then waited 100 s = 1 x the 100 s it ran: with
+    # PromoteKnob 1 it goes back to queue 0 and preempts B; without promotion it waits for B.
+    jobs = [job("A", 0, 1_000, preemptible=True), job("B", 10, 1_000, preemptible=True)]
+    e, _, _ = _run([pool("p")], jobs, make_policy("tiresias", thresholds=(100.0,)), restart_overhead_s=0.0)
+    assert e.runs["B"].first_start == pytest.approx(100.0)
+    assert e.runs["B"].finish_time == pytest.approx(1_100.0)
+    assert e.runs["A"].finish_time == pytest.approx(2_000.0)
+    e, r, rec = _run([pool("p")], jobs, make_policy("tiresias", thresholds=(100.0,), promote_knob=1.0),
+                     restart_overhead_s=0.0)
+    starts = {jid: [t for t, *_ in v] for jid, v in rec.places().items()}
+    assert starts["A"][:2] == [pytest.approx(0.0), pytest.approx(200.0)]
+    assert starts["B"][:2] == [pytest.approx(100.0), pytest.approx(300.0)]
+    assert r.jobs_completed == 2 and r.preemptions > 2
+
+
+@pytest.mark.parametrize("params", [{"thresholds": (-1.0,)}, {"thresholds": (10.0, 10.0)},
+                                    {"promote_knob": -1.0}, {"thresholds": ("x",)}])
+def test_tiresias_refuses_bad_parameters_in_one_line(params: dict[str, object]) -> None:
+    with pytest.raises(ScenarioError, match="bad parameters for policy 'tiresias'"):
+        make_policy("tiresias", **params)
+
+
 def test_fair_share_alternates_users() -> None:
     # Two GPUs; u1 submits four jobs before u2's two. Whenever a GPU frees up, the user holding
     # fewer GPUs goes next.
