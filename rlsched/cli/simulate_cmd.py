@@ -54,6 +54,13 @@ def build_policy(spec: str) -> Any:
     return make_policy(spec)
 
 
+def sim_clock(seconds: float) -> str:
+    """Simulated time for the progress bar: ``sim 5.2 h`` up to two days, then ``sim 3.4 d``."""
+    if seconds < 2 * 86400.0:
+        return f"sim {seconds / 3600.0:.1f} h"
+    return f"sim {seconds / 86400.0:.1f} d"
+
+
 @app.command("policies")
 def policies_cmd() -> None:
     """List the schedulers selectable with --policy."""
@@ -198,17 +205,19 @@ def simulate(
                        f"(horizon {forecast.horizon_s:g} s), for every policy of this run")
 
     reports = []
+    # The bar counts jobs that are done (completed, or ended unschedulable/skipped), not arrivals: a
+    # policy that leaves the queue full must not show a full bar. Simulated time shows it moving.
     progress = Progress(
-        TextColumn("[bold]{task.description:18s}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
-        TimeElapsedColumn(), console=_err, disable=quiet, transient=False,
+        TextColumn("[bold]{task.description:18s}"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs done"),
+        TextColumn("{task.fields[sim]}"), TimeElapsedColumn(), console=_err, disable=quiet, transient=False,
     )
     with progress:
         for sched in schedulers:
-            task = progress.add_task(sched.name, total=len(jobs))
+            task = progress.add_task(sched.name, total=len(jobs), sim=sim_clock(0.0))
             engine = Engine(sc.pools, jobs, sc.market, sim, forecaster=forecast.new() if forecast else None,
                             forecast_horizon_s=forecast.horizon_s if forecast else 3600.0)
-            def tick(done: int, total: int, t: TaskID = task) -> None:
-                progress.update(t, completed=done)
+            def tick(done: int, total: int, sim_s: float, t: TaskID = task) -> None:
+                progress.update(t, completed=done, sim=sim_clock(sim_s))
 
             report = engine.run(sched, progress=tick)
             reports.append(report)
@@ -238,6 +247,9 @@ def simulate(
             why = "; ".join(f"{n} {k}" for k, n in r.unschedulable_reasons.items() if k != HORIZON_REASON)
             if why:
                 _console.print(f"[yellow]{escape(escape_control(f'{r.policy}: unschedulable: {why}'))}[/]")
+            if r.loop_handovers:
+                _console.print(f"[yellow]{escape(escape_control(r.policy))}: {r.loop_handovers} decision points "
+                               "handed to weighted-priority (a decision loop without progress)[/]")
     if json_out is not None:
         doc = {
             "trace": sc.source or sc.name,

@@ -18,6 +18,12 @@ Legality comes only from :mod:`rlsched.cluster.feasibility` (``pool_candidates``
 ``reconfigure_check``) and the pool bounds the engine enforces, so an action the
 mask allows is one the engine accepts.
 
+A codec built with ``trained=`` (a model's
+:class:`~rlsched.envs.trained_actions.TrainedActions`) also masks every action kind
+the model was not trained with on the pool kind at hand, so a served model never acts
+through an output that no training step shaped. Observations are unchanged (the
+network sees the fleet as it is); waiting stays legal whenever nothing else is.
+
 Speed: an RL environment calls :meth:`encode` and :meth:`mask` at every step, so
 everything that can be cached is. A state followed with :meth:`track` keeps its
 per-pool results (features, feasibility per request shape, reconfiguration and
@@ -44,6 +50,7 @@ from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import named_layouts, pack_layout, pool_candidates, reconfigure_check
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, Gpu, JobRun, Node, NodeStatus, Placement, Pool, PoolKind, Sharing
+from rlsched.envs.trained_actions import TrainedActions
 from rlsched.policies.autoscale import headroom
 from rlsched.policies.placement import _leftover
 
@@ -151,6 +158,8 @@ class ObservationCodec:
             not controllable).
         layouts: layout slots L per pool for MIG reconfiguration (named layouts in
             :data:`LAYOUT_ORDER`, padded with masked slots).
+        trained: the action kinds a served model was trained with; :meth:`mask` leaves
+            out every other one. None (training, teachers): no restriction.
 
     The action space is ``Discrete(K*P + P*L + 2*P + 1)``:
 
@@ -165,12 +174,14 @@ class ObservationCodec:
     below 1e20 seconds.
     """
 
-    def __init__(self, window: int = 16, max_pools: int = 4, layouts: int = 6) -> None:
+    def __init__(self, window: int = 16, max_pools: int = 4, layouts: int = 6,
+                 trained: TrainedActions | None = None) -> None:
         if window < 1 or max_pools < 1 or layouts < 0:
             raise ValueError("window and max_pools must be >= 1 and layouts >= 0")
         self.window = window
         self.max_pools = max_pools
         self.layouts = layouts
+        self.trained = trained
         self.job_features: tuple[str, ...] = JOB_FEATURES + tuple(f"feasible_pool{p}" for p in range(max_pools))
         self.pool_features = POOL_FEATURES
         self.global_features = GLOBAL_FEATURES
@@ -224,6 +235,9 @@ class ObservationCodec:
         self._window_shapes: list[int] = []
         self._gpu_layouts: dict[Gpu, tuple[list[Any], tuple[str, ...]]] = {}
         self._reconf_memo: dict[tuple[int, tuple[str, ...], int], bool] = {}
+        #: with ``trained``: pool slots the model may place in, and the legal-by-training part of the tail
+        self._place_ok = np.ones(p, dtype=bool)
+        self._tail_ok = np.ones(self.n_actions - k * p, dtype=bool)
 
     # ------------------------------------------------------------------ identity
     def signature(self) -> str:
@@ -305,6 +319,7 @@ class ObservationCodec:
         self._binding[:] = False
         for slot in self._slots:
             self._binding[slot.index] = slot.pool.spec.kind is not PoolKind.ONDEMAND
+        self._bind_trained()
         self._pools[:] = 0.0
         self._tail[:] = False
         self._tail[-1] = True
@@ -321,6 +336,22 @@ class ObservationCodec:
         self._shape_ids = {}
         self._gpu_layouts = {}
         self._reconf_memo = {}
+
+    def _bind_trained(self) -> None:
+        """Which place / reconfigure / scale actions of the bound pools lie inside ``trained``."""
+        self._place_ok[:] = True
+        self._tail_ok[:] = True
+        trained = self.trained
+        if trained is None:
+            return
+        n_l = self.layouts
+        scale0 = self.max_pools * n_l
+        for slot in self._slots:
+            kind, i = slot.pool.spec.kind, slot.index
+            self._place_ok[i] = trained.allows("place", kind)
+            self._tail_ok[i * n_l:(i + 1) * n_l] = trained.allows("reconfigure", kind)
+            self._tail_ok[scale0 + 2 * i] = trained.allows("scale_up", kind)
+            self._tail_ok[scale0 + 2 * i + 1] = trained.allows("scale_down", kind)
 
     def _sync(self, state: ClusterState) -> None:
         """Bring every cache up to date for ``state``."""
@@ -731,18 +762,29 @@ class ObservationCodec:
         """
         self._sync(state)
         feas = self._feas.take(self._shape_idx, axis=0)
-        place = feas.ravel() > 0.0
-        mask = np.concatenate((place, self._tail))
-        if feas[:, self._binding].any():
+        if self.trained is None:
+            place = feas.ravel() > 0.0
+            mask = np.concatenate((place, self._tail))
+            if feas[:, self._binding].any():
+                mask[self.wait_action] = False
+            return mask
+        # Only the actions the model was trained with; waiting stays legal when nothing else is.
+        feas = feas * self._place_ok
+        mask = np.concatenate((feas.ravel() > 0.0, self._tail & self._tail_ok))
+        if feas[:, self._binding].any() or (not self.trained.wait and mask[: self.wait_action].any()):
             mask[self.wait_action] = False
         return mask
 
     def only_wait(self, state: ClusterState) -> bool:
         """True if waiting is the only legal action (cheaper than :meth:`mask`)."""
         self._sync(state)
-        if self._tail[:-1].any():
+        if self.trained is None:
+            if self._tail[:-1].any():
+                return False
+            return not self._feas.take(self._shape_idx, axis=0).any()
+        if (self._tail[:-1] & self._tail_ok[:-1]).any():
             return False
-        return not self._feas.take(self._shape_idx, axis=0).any()
+        return not (self._feas.take(self._shape_idx, axis=0) * self._place_ok).any()
 
     def decode(self, action: int, state: ClusterState) -> Decision | None:
         """The decision an action stands for, or None for wait.

@@ -11,7 +11,19 @@ A model folder (``models/<name>/``) holds:
 * ``deadline_guard.json``, ``consolidate.json``, ``preempt_long.json`` (optional) - the
   parameters of the rules it was trained behind (:mod:`rlsched.policies.rules`: the
   deadline guard, node consolidation, long-job preemption); :class:`PpoScheduler` runs
-  them before the network at every decision point, as the training environment did.
+  them before the network at every decision point, as the training environment did;
+* ``actions.json`` - the action kinds it was trained with, per pool kind
+  (:class:`~rlsched.envs.trained_actions.TrainedActions`, written by the trainer from
+  its training fleets). A folder without it loads with the conservative record
+  (placement on any pool kind and waiting; no MIG reconfiguration, no scaling).
+
+A model never acts outside what it learned: its codec masks every action kind the
+record lacks on the fleet it is served on, and :class:`PpoScheduler` hands those kinds
+to a complementing heuristic (:class:`Complement`, weighted-priority restricted to
+them): jobs go to the pools the model may not place in, elastic pools it may not
+scale are bought for by the heuristic's autoscaler (and stopped by the idle stop), MIG
+GPUs it may not re-split are re-split for blocked jobs. On a fleet inside the record
+nothing changes.
 
 Serving uses neither SB3's ``predict`` nor torch: the weights are exported
 once, when the model is built, to :class:`~rlsched.policies.ppo_numpy.NumpySlotScorer`,
@@ -37,7 +49,9 @@ import numpy as np
 from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.envs.codec import ObservationCodec
+from rlsched.envs.trained_actions import ACTIONS_FILE, TrainedActions
 from rlsched.errors import RlschedError
+from rlsched.policies.complement import Complement
 from rlsched.policies.ppo_numpy import NumpySlotScorer
 from rlsched.policies.rules import RULES, Rule, RuleParams, build_rules, rule_file, run_rules
 
@@ -60,17 +74,21 @@ class PolicyModel:
         codec_params: ``window``, ``max_pools``, ``layouts`` of the codec it was trained with.
         signature: the codec signature recorded at training time.
         card: the model card (may be empty).
+        trained_actions: the action kinds it was trained with; None = every action
+            (a network still training, test doubles). :meth:`load` reads the folder's.
 
     The logits come from a numpy copy of the network's weights taken here
     (:attr:`numpy_net`); a model built on a network that is still training must be
     rebuilt to see newer weights. Setting ``numpy_net = None`` forces the torch path.
     """
 
-    def __init__(self, net: Any, codec_params: dict[str, int], signature: str, card: dict[str, Any]) -> None:
+    def __init__(self, net: Any, codec_params: dict[str, int], signature: str, card: dict[str, Any],
+                 trained_actions: TrainedActions | None = None) -> None:
         self.net = net
         self.codec_params = codec_params
         self.signature = signature
         self.card = card
+        self.trained_actions = trained_actions
         #: numpy mirror of ``net`` used by :meth:`logits`; None when ``net`` is not a SlotScorer
         self.numpy_net: NumpySlotScorer | None = _numpy_mirror(net)
         #: the demand forecaster it was trained with, if its folder has one (set by load_policy_ref).
@@ -88,8 +106,12 @@ class PolicyModel:
         return build_rules(self.rule_params)
 
     def new_codec(self) -> ObservationCodec:
-        """A codec like the one the model was trained with (checked against the signature)."""
-        codec = ObservationCodec(**self.codec_params)
+        """A codec like the one the model was trained with (checked against the signature).
+
+        It masks the actions outside :attr:`trained_actions`.
+        """
+        p = self.codec_params
+        codec = ObservationCodec(p["window"], p["max_pools"], p["layouts"], trained=self.trained_actions)
         if codec.signature() != self.signature:
             raise ModelError(
                 f"observation signature mismatch: model expects {self.signature}, this rlsched encodes "
@@ -123,8 +145,9 @@ class PolicyModel:
     # ------------------------------------------------------------------ persistence
     @staticmethod
     def save(folder: Path | str, net: Any, codec: ObservationCodec, card: dict[str, Any] | None = None,
-             rules: RuleParams | None = None) -> Path:
-        """Write a model folder (weights, codec, card, and the parameters of each rule it was trained behind)."""
+             rules: RuleParams | None = None, trained_actions: TrainedActions | None = None) -> Path:
+        """Write a model folder (weights, codec, card, the action kinds it was trained with, and
+        the parameters of each rule it was trained behind)."""
         import torch
 
         folder = Path(folder)
@@ -139,6 +162,11 @@ class PolicyModel:
              "layouts": codec.layouts, "describe": codec.describe()}, indent=2, default=str) + "\n")
         if card is not None:
             (folder / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
+        actions_path = folder / ACTIONS_FILE
+        if trained_actions is not None:
+            actions_path.write_text(json.dumps(trained_actions.to_dict(), indent=2) + "\n")
+        elif actions_path.exists():
+            actions_path.unlink()  # an old record must not describe a new network
         for name in RULES:
             path = folder / rule_file(name)
             args = (rules or {}).get(name)
@@ -170,7 +198,7 @@ class PolicyModel:
         policy_path = folder / POLICY_FILE
         try:
             payload = torch.load(policy_path, map_location="cpu", weights_only=True)
-            codec = ObservationCodec(**params)
+            codec = ObservationCodec(params["window"], params["max_pools"], params["layouts"])
             net = SlotScorer(codec.observation_space, n_layouts=int(payload["n_layouts"]),
                              hidden=int(payload["hidden"]))
             net.load_state_dict(payload["state_dict"])
@@ -186,7 +214,7 @@ class PolicyModel:
                 card = json.loads(card_path.read_text())
             except ValueError as exc:
                 raise ModelError(f"{card_path}: corrupted ({exc})") from None
-        model = cls(net, params, signature, card)
+        model = cls(net, params, signature, card, load_trained_actions(folder))
         for name in RULES:
             path = folder / rule_file(name)
             if not path.exists():
@@ -198,6 +226,17 @@ class PolicyModel:
                 raise ModelError(f"{path}: corrupted ({exc})") from None
             model.rule_params[name] = args
         return model
+
+
+def load_trained_actions(folder: Path | str) -> TrainedActions:
+    """The folder's ``actions.json``, or the conservative record when it has none (see the module doc)."""
+    path = Path(folder) / ACTIONS_FILE
+    if not path.exists():
+        return TrainedActions.conservative(f"assumed: {path} is missing (place and wait only)")
+    try:
+        return TrainedActions.from_dict(json.loads(path.read_text()))
+    except ValueError as exc:
+        raise ModelError(f"{path}: corrupted ({exc})") from None
 
 
 def _numpy_mirror(net: Any) -> NumpySlotScorer | None:
@@ -232,8 +271,10 @@ class PpoScheduler:
     encodes the state, takes the greedy legal action, yields its decision, and repeats
     until the policy chooses to wait (or only waiting is legal, or ``max_actions``
     decisions were made at this point) - the same loop the environment presents
-    during training. ``use_rules=False`` serves the network alone (for measuring what
-    the rules add).
+    during training. Actions outside the model's trained kinds are masked; when the
+    fleet offers such kinds, :attr:`complement` (weighted-priority restricted to them)
+    acts after the network. ``use_rules=False`` serves the network alone (for measuring
+    what the rules add).
     """
 
     def __init__(self, model: PolicyModel, name: str = "ppo", max_actions: int = 256,
@@ -243,6 +284,9 @@ class PpoScheduler:
         self.max_actions = max_actions
         self.rules = model.new_rules() if use_rules else []
         self.codec = model.new_codec()
+        trained = model.trained_actions
+        #: the heuristic taking the action kinds the model lacks (None: it was trained with every kind)
+        self.complement = Complement(trained, self.codec.max_pools) if trained is not None else None
         self._arrived = 0
 
     def reset(self, state: ClusterState) -> None:
@@ -250,11 +294,15 @@ class PpoScheduler:
         self._arrived = 0
         for rule in self.rules:
             rule.reset(state)
+        if self.complement is not None:
+            self.complement.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: self.model.act(codec.encode(state), mask),
                                         self.max_actions, rules=self.rules)
+        if self.complement is not None:
+            yield from self.complement.decide(state)
 
 
 def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: Callable[[np.ndarray], int],

@@ -48,6 +48,7 @@ from rlsched.cluster.model import (
     Slice,
 )
 from rlsched.market.base import Market
+from rlsched.policies.progress import LoopBreaker
 
 if TYPE_CHECKING:
     from rlsched.policies.base import Scheduler
@@ -165,6 +166,8 @@ class Engine:
         self.skipped: dict[str, int] = {}
         self.refused = 0
         self.refusals: dict[str, int] = {}
+        #: the loop breaker of the last :meth:`run` (its hand-overs are reported)
+        self.loop_breaker: LoopBreaker | None = None
         self.events = 0
         self.capacity = 0
         self._held_gpus: dict[str, int] = {}
@@ -710,30 +713,48 @@ class Engine:
     def run(
         self,
         scheduler: Scheduler,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Callable[[int, int, float], None] | None = None,
+        loop_breaker: LoopBreaker | None = None,
     ) -> Report:
         """Replay the whole workload under ``scheduler`` and report.
 
+        Each decision point goes through a :class:`~rlsched.policies.progress.LoopBreaker`:
+        a scheduler caught in a decision loop without progress (scale up/down alternation,
+        many decisions with nothing placed while a job fits) has the rest of that decision
+        point decided by the fallback heuristic, counted in ``Report.loop_handovers``.
+
         Args:
             scheduler: anything with ``decide(state) -> Iterable[Decision]``.
-            progress: called as ``progress(jobs_arrived, jobs_total)`` now and then.
+            progress: called now and then as ``progress(jobs_finished, jobs_total,
+                simulated_seconds)``; jobs finished count completed, unschedulable and
+                skipped jobs alike (each job ends as exactly one of them).
+            loop_breaker: the loop detector and its fallback (default: weighted-priority).
         """
         wall0 = _time.perf_counter()
         reset = getattr(scheduler, "reset", None)
         if callable(reset):
             reset(self.state)
+        breaker = loop_breaker or LoopBreaker()
+        breaker.reset(self.state)
+        self.loop_breaker = breaker
         total = len(self.jobs)
         tick = max(total // 200, 1)
         last_tick = -1
         while self.advance():
-            for decision in scheduler.decide(self.state):
-                self.apply(decision)
-            if progress is not None and self._next_arrival // tick != last_tick:
-                last_tick = self._next_arrival // tick
-                progress(self._next_arrival, total)
+            breaker.drive(scheduler, self.state, self.apply)
+            if progress is not None:
+                ended = self.jobs_ended
+                if ended // tick != last_tick:
+                    last_tick = ended // tick
+                    progress(ended, total, self.now - self.t0)
         if progress is not None:
-            progress(total, total)
+            progress(self.jobs_ended, total, self.now - self.t0)
         return self.report(getattr(scheduler, "name", type(scheduler).__name__), _time.perf_counter() - wall0)
+
+    @property
+    def jobs_ended(self) -> int:
+        """Jobs that will not run again: completed, unschedulable (with a reason) or skipped."""
+        return len(self.finished) + sum(self.unschedulable.values()) + sum(self.skipped.values())
 
     def report(self, policy: str, wall_s: float) -> Report:
         """Metrics of the run so far (call after :meth:`run`)."""
@@ -786,6 +807,7 @@ class Engine:
             jobs_unschedulable=sum(self.unschedulable.values()),
             jobs_skipped=sum(self.skipped.values()),
             refused_decisions=self.refused,
+            loop_handovers=self.loop_breaker.total if self.loop_breaker is not None else 0,
             wall_s=wall_s,
             sim_events=self.events,
             unschedulable_reasons=dict(self.unschedulable),

@@ -12,7 +12,7 @@ RESULT_KEYS = (
     "policy", "mean_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "makespan_s", "gpu_utilization",
     "cost_usd", "cost_ondemand_usd", "cost_spot_usd", "preemptions", "restarts", "lost_gpu_hours",
     "deadline_misses", "jobs_completed", "jobs_unschedulable", "jobs_unfinished", "jobs_skipped", "refused_decisions",
-    "wall_s",
+    "loop_handovers", "wall_s",
 )
 
 #: The reason recorded for jobs still queued, running or not yet arrived when the horizon cut the run
@@ -54,6 +54,9 @@ class Report:
     jobs_skipped: int
     refused_decisions: int
     wall_s: float
+    #: decision points handed to the fallback heuristic because the scheduler was looping
+    #: without progress (:mod:`rlsched.policies.progress`)
+    loop_handovers: int = 0
     sim_events: int = 0
     unschedulable_reasons: dict[str, int] = field(default_factory=dict)
     skipped_reasons: dict[str, int] = field(default_factory=dict)

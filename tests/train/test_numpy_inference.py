@@ -111,7 +111,7 @@ def _models(tmp_path: Path) -> list[PolicyModel]:
 
 
 def _torch_twin(model: PolicyModel) -> PolicyModel:
-    twin = PolicyModel(model.net, model.codec_params, model.signature, model.card)
+    twin = PolicyModel(model.net, model.codec_params, model.signature, model.card, model.trained_actions)
     twin.numpy_net = None  # force the torch path
     return twin
 
