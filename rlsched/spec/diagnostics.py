@@ -34,9 +34,20 @@ class Poisoned(Exception):
     """
 
 
+#: did_you_mean compares at most this many candidates of at most this many characters: fuzzy
+#: matching costs the product of the lengths, and a typo is never in a 100,000-key map anyway.
+_MAX_CANDIDATES = 1000
+_MAX_NAME = 64
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """`` Did you mean "x"?`` for the closest candidate, or the empty string."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    if len(name) > _MAX_NAME:
+        return ""
+    pool = sorted({c for c in candidates if len(c) <= _MAX_NAME})
+    if len(pool) > _MAX_CANDIDATES:
+        return ""
+    close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
     return f' Did you mean "{close[0]}"?' if close else ""
 
 

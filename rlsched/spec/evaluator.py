@@ -6,6 +6,10 @@ an already-reported failure raises :class:`Poisoned` so it is not reported again
 Names resolve through :class:`Namespace` objects (``var``, ``local``, ``each``,
 ``pool``...) so that ``local`` can be lazy (any order, cycles detected by the
 loader) and unknown names get a did-you-mean.
+
+Evaluation is bounded (:mod:`rlsched.spec.limits`): every step and every value
+built is charged to the budget of the load in progress, and every value is
+measured against the size limits, so no expression can hang or exhaust memory.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from typing import Any
 from rlsched.spec import ast as A
 from rlsched.spec.diagnostics import EvalError, did_you_mean
 from rlsched.spec.functions import FUNCTIONS, SPECIAL, FunctionError, call, names
+from rlsched.spec.limits import MAX_ITEMS, MAX_STRING, Budget, LimitError, current_budget
 from rlsched.spec.model import SourceRange
 from rlsched.spec.types import ConversionError, convert
 from rlsched.spec.values import SetValue, equal, make_set, normalize_number, type_name
 
-_MAX_ITEMS = 100_000
 _UNSUPPORTED_ROOTS = {
     "self": "self is not available: refer to the block by its address (pool.NAME).",
     "path": "path.* is not available in rlsched specs.",
@@ -65,16 +69,28 @@ def evaluate(expr: A.Expr, scope: Scope) -> Any:
         Poisoned: it depends on something already reported.
     """
     try:
-        return _Eval(scope).eval(expr)
+        return _Eval(scope, current_budget()).eval(expr)
     except RecursionError:
-        raise EvalError("Expression too complex", "The expression nests too deeply to evaluate.", expr.rng) from None
+        raise LimitError("Expression too complex", "The expression nests too deeply to evaluate.", expr.rng) from None
 
 
 class _Eval:
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, budget: Budget) -> None:
         self.scope = scope
+        self.budget = budget
 
     def eval(self, e: A.Expr) -> Any:
+        """The value of ``e``, charged to the budget and checked against the value limits."""
+        budget = self.budget
+        budget.left -= 1
+        if budget.left < 0:
+            budget.charge(0, e.rng)  # words the overdraft
+        value = self._eval(e)
+        if value is not None and value is not True and value is not False:
+            budget.measure(value, e.rng)
+        return value
+
+    def _eval(self, e: A.Expr) -> Any:
         if isinstance(e, A.Literal):
             return e.value
         if isinstance(e, A.Template):
@@ -184,6 +200,7 @@ class _Eval:
         if source is None:
             return []
         items = source if isinstance(source, list) else [source]
+        self.budget.charge(len(items), e.rng)
         return [self.steps(x, e.steps) for x in items]
 
     # -- constructors -------------------------------------------------------------------
@@ -202,17 +219,28 @@ class _Eval:
 
     def template(self, parts: list[A.TemplatePart], rng: SourceRange) -> str:
         out: list[str] = []
+        length = 0
+
+        def add(piece: str) -> None:
+            nonlocal length
+            length += len(piece)
+            if length > MAX_STRING:
+                raise LimitError("String too long", f"The template builds a string of more than {MAX_STRING:,} "
+                                 "characters.", rng)
+            self.budget.charge(1 + len(piece) // 16, rng)
+            out.append(piece)
+
         for p in parts:
             if isinstance(p, str):
-                out.append(p)
+                add(p)
             elif isinstance(p, A.TemplateIf):
                 cond = self.bool_of(self.eval(p.cond), p.cond.rng, "The %{if} condition")
-                out.append(self.template(p.then if cond else p.otherwise, rng))
+                add(self.template(p.then if cond else p.otherwise, rng))
             elif isinstance(p, A.TemplateFor):
                 coll = self.eval(p.collection)
                 for k, v in self.iterate(coll, p.collection.rng):
                     names_ = {p.value_var: v} | ({p.key_var: k} if p.key_var else {})
-                    out.append(_Eval(self.scope.child(**names_)).template(p.body, rng))
+                    add(_Eval(self.scope.child(**names_), self.budget).template(p.body, rng))
             else:
                 v = self.eval(p)
                 if isinstance(v, list | dict):
@@ -222,7 +250,7 @@ class _Eval:
                 if v is None:
                     raise EvalError("Invalid template interpolation value",
                                     "The expression is null; null cannot be included in a string.", p.rng)
-                out.append(convert(v, ("string",)))
+                add(convert(v, ("string",)))
         return "".join(out)
 
     def iterate(self, coll: Any, rng: SourceRange) -> list[tuple[Any, Any]]:
@@ -242,12 +270,15 @@ class _Eval:
         obj_out: dict[str, Any] = {}
         for k, v in pairs:
             bind = {e.value_var: v} | ({e.key_var: k} if e.key_var else {})
-            inner = _Eval(self.scope.child(**bind))
+            inner = _Eval(self.scope.child(**bind), self.budget)
             if e.cond is not None and not inner.bool_of(inner.eval(e.cond), e.cond.rng, "The for condition"):
                 continue
             value = inner.eval(e.value)
             if e.key is None:
                 tuple_out.append(value)
+                if len(tuple_out) > MAX_ITEMS:
+                    raise LimitError("Collection too large", f"The for expression makes more than {MAX_ITEMS:,} "
+                                     "elements.", e.rng)
                 continue
             key = inner.eval(e.key)
             if isinstance(key, list | dict) or key is None:
@@ -261,8 +292,9 @@ class _Eval:
                                 "group them into lists.", e.key.rng)
             else:
                 obj_out[ks] = value
-            if len(obj_out) > _MAX_ITEMS:
-                raise EvalError("Result too large", f"More than {_MAX_ITEMS} elements.", e.rng)
+            if len(obj_out) > MAX_ITEMS:
+                raise LimitError("Collection too large", f"The for expression makes more than {MAX_ITEMS:,} "
+                                 "elements.", e.rng)
         if e.key is None and isinstance(coll, SetValue):
             return tuple_out
         return tuple_out if e.key is None else obj_out
@@ -276,6 +308,8 @@ class _Eval:
             for arg in e.args:
                 try:
                     value = self.eval(arg)
+                except LimitError:
+                    raise  # a bomb is not a failure to try the next alternative on
                 except EvalError:
                     if e.name == "can":
                         return False
@@ -291,10 +325,19 @@ class _Eval:
                 raise EvalError("Invalid expanding argument value",
                                 "The argument before ... must be a list.", e.args[-1].rng if e.args else e.rng)
             args = [*args[:-1], *args[-1]]
+        # a function may read all of its arguments: charge what it could read, before it runs
+        self.budget.charge(sum(self.budget.measure(a, e.rng)[0] for a in args), e.rng)
         try:
-            return call(e.name, args)
+            result = call(e.name, args)
         except FunctionError as exc:
             raise EvalError("Invalid function argument", f"{e.name}: {exc}", e.rng) from None
+        except LimitError as exc:
+            if exc.rng is None:
+                exc.rng = e.rng
+            raise
+        if isinstance(result, str):
+            self.budget.charge(1 + len(result) // 16, e.rng)
+        return result
 
     # -- operators ---------------------------------------------------------------------
     def bool_of(self, v: Any, rng: SourceRange, what: str) -> bool:
@@ -333,6 +376,8 @@ class _Eval:
                 return left
             return self.bool_of(self.eval(e.right), e.right.rng, f'The right operand of "{op}"')
         lv, rv = self.eval(e.left), self.eval(e.right)
+        if op in ("==", "!=") and isinstance(lv, list | dict) and isinstance(rv, list | dict):
+            self.budget.charge(min(self.budget.measure(lv, e.rng)[0], self.budget.measure(rv, e.rng)[0]), e.rng)
         if op == "==":
             return equal(lv, rv)
         if op == "!=":

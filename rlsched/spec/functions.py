@@ -5,6 +5,11 @@ functions, so that a spec evaluates to the same value everywhere and validation
 stays fast. ``try`` and ``can`` need their arguments unevaluated and live in the
 evaluator. Every function raises :class:`FunctionError` with a plain message
 for bad arguments; the evaluator adds the position.
+
+Every function is bounded (:mod:`rlsched.spec.limits`): none does more than
+roughly linear work in its arguments, those that could build a huge string check
+the size first, and regular expressions run on RE2, whose matching time is linear
+(and whose syntax is the one Terraform's ``replace`` and ``regex`` use).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rlsched.spec.limits import MAX_STRING, check_format_width, current_budget
 from rlsched.spec.types import ConversionError, convert
-from rlsched.spec.values import SetValue, make_set, normalize_number, plain, type_name
+from rlsched.spec.values import SetValue, make_set, normalize_number, plain, set_key, type_name
 
 
 class FunctionError(Exception):
@@ -127,6 +133,7 @@ def _format(fmt: Any, *args: Any) -> str:
         v = vals[pos]
         pos += 1
         flags, kind = verb[:-1], verb[-1]
+        check_format_width(flags)
         if kind in "vs":
             return ("%" + flags + "s") % (_str(v) if not isinstance(v, list | dict) else json.dumps(plain(v)))
         if kind == "q":
@@ -140,7 +147,18 @@ def _format(fmt: Any, *args: Any) -> str:
         return ("%" + flags + kind) % float(_num(v))
 
     out = _VERB.sub(sub, spec)
+    _spend_chars(len(out))
     return out
+
+
+def _spend_chars(n: int) -> None:
+    """Charge a built string to the evaluation budget (formatlist builds many)."""
+    current_budget().charge(1 + n // 16, None)
+
+
+def _check_length(n: int, what: str) -> None:
+    if n > MAX_STRING:
+        raise FunctionError(f"{what} would have {n:,} characters; at most {MAX_STRING:,} are allowed")
 
 
 def _minmax(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -154,7 +172,9 @@ def _minmax(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _join(sep: Any, *lists: Any) -> str:
     s = _str(sep, "separator")
-    return s.join(_str(x, "element") for lst in lists for x in _list(lst))
+    parts = [_str(x, "element") for lst in lists for x in _list(lst)]
+    _check_length(sum(map(len, parts)) + len(s) * max(0, len(parts) - 1), "the joined string")
+    return s.join(parts)
 
 
 def _contains(coll: Any, value: Any) -> bool:
@@ -191,14 +211,91 @@ def _zipmap(keys: Any, values: Any) -> dict[str, Any]:
     return {_str(k, "key"): v for k, v in zip(ks, vs, strict=True)}
 
 
+_RE2_OPTIONS: Any = None
+_GROUP_REF = re.compile(r"\$(?:(\d+)|\{(\d+)\}|(\$))")
+
+
+def _regex(pattern: str) -> Any:
+    """Compile ``pattern`` with RE2 (linear-time matching: no pattern can hang evaluation)."""
+    global _RE2_OPTIONS
+    import re2
+
+    if _RE2_OPTIONS is None:
+        _RE2_OPTIONS = re2.Options()
+        _RE2_OPTIONS.log_errors = False  # the error comes back as our diagnostic, not on stderr
+        _RE2_OPTIONS.max_mem = 8 << 20
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        msg = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise FunctionError(f"invalid regular expression: {msg} (the syntax is RE2's, as in Terraform)") from None
+
+
+def _replacement(template: str, groups: int) -> list[str | int]:
+    """``"x$1${2}$$"`` -> ``["x", 1, 2, "$"]``: literal text and capture-group numbers."""
+    out: list[str | int] = []
+    pos = 0
+    for m in _GROUP_REF.finditer(template):
+        out.append(template[pos:m.start()])
+        if m.group(3):
+            out.append("$")
+        else:
+            g = int(m.group(1) or m.group(2))
+            if g > groups:
+                raise FunctionError(f"the replacement refers to group {g}; the pattern has {groups}")
+            out.append(g)
+        pos = m.end()
+    out.append(template[pos:])
+    return [p for p in out if p != ""]
+
+
 def _replace(s: Any, old: Any, new: Any) -> str:
     text, o, n = _str(s), _str(old), _str(new)
     if len(o) > 1 and o.startswith("/") and o.endswith("/"):
-        try:
-            return re.sub(o[1:-1], re.sub(r"\$(\d+)", r"\\\1", n), text)
-        except re.error as exc:
-            raise FunctionError(f"invalid regular expression: {exc}") from None
+        pattern = _regex(o[1:-1])
+        pieces = _replacement(n, pattern.groups)
+        out: list[str] = []
+        size, pos = 0, 0
+        for m in pattern.finditer(text):
+            start, end = m.span()
+            size += start - pos + sum(len(p) if isinstance(p, str) else max(0, m.end(p) - m.start(p))
+                                      for p in pieces)
+            _check_length(size + len(text) - end, "the result of replace")
+            out.append(text[pos:start])
+            out.extend(p if isinstance(p, str) else (m.group(p) or "") for p in pieces)
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
+    if o:
+        _check_length(len(text) + text.count(o) * (len(n) - len(o)), "the result of replace")
+    else:
+        _check_length(len(text) + (len(text) + 1) * len(n), "the result of replace")
     return text.replace(o, n)
+
+
+def _match_value(m: Any, pattern: Any) -> Any:
+    """What Terraform's regex returns for one match: the text, the groups, or the named groups."""
+    if pattern.groups == 0:
+        return m.group(0)
+    names = dict(pattern.groupindex)
+    if names:
+        if len(names) != pattern.groups:
+            raise FunctionError("the pattern mixes named and unnamed capture groups")
+        return {name: m.group(i) for name, i in names.items()}
+    return [m.group(i) for i in range(1, pattern.groups + 1)]
+
+
+def _regex_fn(pattern: Any, s: Any) -> Any:
+    compiled, text = _regex(_str(pattern, "pattern")), _str(s)
+    m = compiled.search(text)
+    if m is None:
+        raise FunctionError("the pattern did not match any part of the string")
+    return _match_value(m, compiled)
+
+
+def _regexall(pattern: Any, s: Any) -> list[Any]:
+    compiled, text = _regex(_str(pattern, "pattern")), _str(s)
+    return [_match_value(m, compiled) for m in compiled.finditer(text)]
 
 
 def _substr(s: Any, offset: Any, length: Any) -> str:
@@ -256,8 +353,6 @@ def _parseint(s: Any, base: Any) -> int:
 
 
 def _setop(kind: str) -> Callable[..., SetValue]:
-    from rlsched.spec.values import equal
-
     def inner(*sets: Any) -> SetValue:
         if not sets:
             raise FunctionError("at least one set is required")
@@ -265,9 +360,10 @@ def _setop(kind: str) -> Callable[..., SetValue]:
         first = lists[0]
         if kind == "union":
             return make_set([x for lst in lists for x in lst])
+        others = [{set_key(y) for y in lst} for lst in lists[1:]]
         if kind == "intersection":
-            return make_set([x for x in first if all(any(equal(x, y) for y in lst) for lst in lists[1:])])
-        return make_set([x for x in first if not any(any(equal(x, y) for y in lst) for lst in lists[1:])])
+            return make_set([x for x in first if all(set_key(x) in o for o in others)])
+        return make_set([x for x in first if not any(set_key(x) in o for o in others)])
 
     return inner
 
@@ -309,6 +405,8 @@ FUNCTIONS: dict[str, tuple[Callable[..., Any], int, int | None]] = {
     "startswith": (lambda s, p: _str(s).startswith(_str(p)), 2, 2),
     "endswith": (lambda s, p: _str(s).endswith(_str(p)), 2, 2),
     "replace": (_replace, 3, 3),
+    "regex": (_regex_fn, 2, 2),
+    "regexall": (_regexall, 2, 2),
     "substr": (_substr, 3, 3),
     "join": (_join, 1, None),
     "split": (lambda sep, s: _str(s).split(_str(sep, "separator")) if _str(sep) else list(_str(s)), 2, 2),

@@ -21,6 +21,7 @@ from rlsched.spec import ast as A
 from rlsched.spec.diagnostics import EvalError, Poisoned, did_you_mean, error
 from rlsched.spec.evaluator import Namespace, Scope, evaluate
 from rlsched.spec.gpu_names import resolve_gpu_name, suggest
+from rlsched.spec.limits import MAX_SOURCE_BYTES, budget_scope
 from rlsched.spec.model import (
     Diagnostic,
     DisruptionDecl,
@@ -77,7 +78,8 @@ def load_spec(paths: list[Path] | Path, *, var_files: Sequence[str | Path] = (),
     if var_sources is None:
         var_sources = [("file", str(f)) for f in var_files] + [("var", v) for v in var_args]
     loader = _Loader(os.environ if env is None else env)
-    return loader.load([paths] if isinstance(paths, Path | str) else list(paths), var_sources)
+    with budget_scope():  # one evaluation budget for the whole load (rlsched.spec.limits)
+        return loader.load([paths] if isinstance(paths, Path | str) else list(paths), var_sources)
 
 
 def duration_seconds(text: str) -> float | None:
@@ -315,6 +317,7 @@ class _Loader:
         self.instances_busy: set[tuple[str, str]] = set()
         self.namespaces: dict[str, Namespace] = {}
         self.quota_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
+        self.source_bytes = 0
 
     # -- files ------------------------------------------------------------------------
     def load(self, paths: list[Path | str], var_sources: Sequence[VarSource]) -> Spec:
@@ -357,6 +360,11 @@ class _Loader:
             return
         except (OSError, UnicodeDecodeError) as exc:
             self.diags.append(error("Failed to read file", f"{name}: {exc}"))
+            return
+        self.source_bytes += len(text)
+        if self.source_bytes > 2 * MAX_SOURCE_BYTES:
+            self.diags.append(error("Configuration too large", f"The spec files hold more than "
+                                    f"{2 * MAX_SOURCE_BYTES:,} characters in all; {name} is not read."))
             return
         body, diags = parse_text(text, name)
         self.diags.extend(diags)

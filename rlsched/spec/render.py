@@ -16,11 +16,22 @@ The source line is read back from the file; a diagnostic without a range (a bad
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rlsched.spec.model import Diagnostic
+
+#: Longest stretch of a source line shown under a diagnostic (a minified or generated file can
+#: have one line of megabytes); longer lines are cut around the caret.
+_SNIPPET = 100
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters written as escapes, so a spec cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
 class _Sources:
@@ -45,23 +56,30 @@ def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = No
     chunks: list[str] = []
     for d in diags:
         head = "Error" if d.severity == "error" else "Warning"
-        lines = [f"{head}: {d.summary}"]
+        lines = [f"{head}: {_printable(d.summary)}"]
         r = d.range
         if r is not None:
             lines.append(f"  on {r.filename}:{r.line}:{r.column}")
             text = src.line(r.filename, r.line)
             if text is not None:
-                text = text.replace("\t", " ")
-                num = str(r.line)
-                lines.append(f"  {num:>4} | {text}")
+                text = _CONTROL.sub("?", text.replace("\t", " "))
                 caret_col = max(1, min(r.column, len(text) + 1))
                 width = 1
                 if r.end_line == r.line and r.end_column and r.end_column > r.column:
                     width = max(1, min(r.end_column - r.column, len(text) - caret_col + 1))
+                if len(text) > _SNIPPET:
+                    start = max(0, min(caret_col - 1 - _SNIPPET // 2, len(text) - _SNIPPET))
+                    shown = text[start:start + _SNIPPET]
+                    prefix = "…" if start > 0 else ""
+                    text = prefix + shown + ("…" if start + _SNIPPET < len(text) else "")
+                    caret_col = caret_col - start + len(prefix)
+                    width = max(1, min(width, _SNIPPET - (caret_col - len(prefix)) + 1))
+                num = str(r.line)
+                lines.append(f"  {num:>4} | {text}")
                 lines.append(f"  {'':>4} | {' ' * (caret_col - 1)}{'^' * width}")
         if d.detail:
             lines.append("")
-            lines.extend(f"  {ln}" if ln else "" for ln in d.detail.splitlines())
+            lines.extend(f"  {_printable(ln)}" if ln else "" for ln in d.detail.splitlines())
         chunks.append("\n".join(lines))
     return "\n\n".join(chunks) + ("\n" if chunks else "")
 

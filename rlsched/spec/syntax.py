@@ -25,6 +25,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 from rlsched.spec import ast as A
 from rlsched.spec.diagnostics import EvalError, error
 from rlsched.spec.lexer import unclosed_bracket
+from rlsched.spec.limits import offset_range, source_problem
 from rlsched.spec.model import Diagnostic, SourceRange
 
 _ESCAPES = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.S)
@@ -40,9 +41,10 @@ def parse_text(text: str, filename: str) -> tuple[A.Body | None, list[Diagnostic
     """
     import hcl2  # deferred: the Lark grammar loads in ~50 ms
 
-    if "\t" in text:
-        # Lark columns count a tab as one character, as do ours: nothing to do.
-        pass
+    problem = source_problem(text)
+    if problem is not None:
+        summary, detail, offset = problem
+        return None, [error(summary, detail, offset_range(text, offset, filename))]
     try:
         tree = hcl2.parses_to_tree(text)
     except UnexpectedInput as exc:
@@ -173,12 +175,16 @@ def _last_line(node: Tree | Token) -> int:
     if isinstance(node, Token):
         return node.end_line or node.line or 0
     last = 0
-    for tok in node.scan_values(lambda v: isinstance(v, Token)):
-        if tok.type == "NL_OR_COMMENT":
+    stack: list[Tree | Token] = [node]  # iterative: an operator chain can nest thousands deep
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tree):
+            stack.extend(item.children)
             continue
-        text = str(tok)
-        stripped = text.rstrip()
-        last = max(last, (tok.line or 0) + stripped.count("\n"))
+        if not isinstance(item, Token) or item.type == "NL_OR_COMMENT":
+            continue
+        stripped = str(item).rstrip()
+        last = max(last, (item.line or 0) + stripped.count("\n"))
     return last
 
 
@@ -238,7 +244,13 @@ class _Converter:
         block_names: dict[str, A.Block] = {}
         for item in items:
             if item.data == "attribute":
-                attr = self.attribute(item)
+                try:
+                    attr = self.attribute(item)
+                except RecursionError:  # a chain of thousands of operators or attribute steps
+                    self.diags.append(error("Expression too deeply nested",
+                                            "The expression chains too many operators, calls or attribute steps "
+                                            "to evaluate; split it into local values.", self.rng(item)))
+                    continue
                 if attr.name in out.attributes:
                     first = out.attributes[attr.name]
                     self.diags.append(error(
@@ -309,7 +321,9 @@ class _Converter:
                 return A.Relative(rng, inner, []) if isinstance(inner, A.Traversal) else inner
             return self.expr(ch[0])
         if d == "int_lit":
-            return A.Literal(rng, int(str(ch[0])))
+            digits = str(ch[0])
+            # beyond Python's int() digit limit the number is out of range anyway: the evaluator says so
+            return A.Literal(rng, int(digits) if len(digits) <= 4000 else float(digits))
         if d == "float_lit":
             value = float(str(ch[0]))
             return A.Literal(rng, int(value) if value.is_integer() and abs(value) < 2**53 else value)

@@ -32,11 +32,29 @@ class SetValue(list[Any]):
     """A set: unique elements, kept in a stable order (strings sorted, as Terraform does)."""
 
 
+def set_key(v: Any) -> Any:
+    """A hashable key with :func:`equal`'s meaning: equal values, and only they, share a key.
+
+    Sets are built and compared through these keys, so ``toset`` and the set
+    functions take linear time instead of comparing every pair of elements.
+    """
+    if isinstance(v, dict):
+        return ("map", tuple(sorted((k, set_key(x)) for k, x in v.items())))
+    if isinstance(v, SetValue):
+        return ("set", frozenset(set_key(x) for x in v))
+    if isinstance(v, list):
+        return ("list", tuple(set_key(x) for x in v))
+    if isinstance(v, str):
+        return ("string", str(v))
+    return (type_name(v), v)
+
+
 def make_set(items: list[Any]) -> SetValue:
-    out: list[Any] = []
+    """Unique elements in first-seen order (all strings: sorted, as Terraform does)."""
+    unique: dict[Any, Any] = {}
     for v in items:
-        if not any(equal(v, w) for w in out):
-            out.append(v)
+        unique.setdefault(set_key(v), v)
+    out = list(unique.values())
     if all(isinstance(v, str) for v in out):
         out.sort()
     return SetValue(out)

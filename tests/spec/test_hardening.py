@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlsched.spec.fmt import format_source
-from tests.spec.conftest import errors
+from tests.spec.conftest import ROOT, errors, load
 
 
 @pytest.mark.parametrize("text", ['policy "default" { health {} }\n', 'pool "a" { lifecycle {} }\n',
@@ -20,3 +23,116 @@ def test_one_line_block_holding_a_block(tmp_path: Path, text: str) -> None:
     assert match[0].range is not None and (match[0].range.line, match[0].range.column) == (1, text.index("{") + 3)
     out, fdiags = format_source(text, "x.hcl")
     assert out is None and [d.summary for d in fdiags] == ["Argument definition required"]
+
+
+# --- evaluation bombs (issue 17 item 9) -------------------------------------------------
+
+_A1K = 'join("", [for i in range(1024) : "a"])'
+_DOUBLING_STRINGS = "locals {\n  s0 = \"aaaaaaaaaa\"\n" + "".join(
+    f'  s{i + 1} = "${{local.s{i}}}${{local.s{i}}}"\n' for i in range(40)) + "}\n"
+_DOUBLING_LISTS = "locals {\n  l0 = [1, 2]\n" + "".join(
+    f"  l{i + 1} = concat(local.l{i}, local.l{i})\n" for i in range(40)) + "}\n"
+_SHARED_DOUBLING = "locals {\n  l0 = [1, 2]\n" + "".join(
+    f"  l{i + 1} = [local.l{i}, local.l{i}]\n" for i in range(60)) \
+    + "}\noutput \"x\" {\n  value = jsonencode(local.l60)\n}\n"
+_SQUARING = "locals {\n  n0 = 3\n" + "".join(f"  n{i + 1} = local.n{i} * local.n{i}\n" for i in range(40)) + "}\n"
+
+# name -> (spec text, summaries any of which is the expected error)
+BOMBS: dict[str, tuple[str, set[str]]] = {
+    "redos-replace": (f'output "x" {{\n  value = replace("${{{_A1K}}}!", "/(a+)+$/", "x")\n}}\n', set()),
+    "redos-regex": (f'locals {{\n  x = regex("(a|a)*b", {_A1K})\n}}\n', {"Invalid function argument"}),
+    "string-doubling": (_DOUBLING_STRINGS, {"String too long"}),
+    "list-doubling": (_DOUBLING_LISTS, {"Collection too large", "Value too large"}),
+    "shared-doubling": (_SHARED_DOUBLING, {"Value too large"}),
+    "for-product": ("locals {\n  x = length(flatten([for a in range(1024) : [for b in range(1024) : "
+                    "[for c in range(1024) : 1]]]))\n}\n", {"Evaluation budget exceeded", "Value too large"}),
+    "format-width": ('locals {\n  x = format("%2000000000s", "a")\n}\n', {"Invalid function argument"}),
+    "formatlist-width": ('locals {\n  x = formatlist("%1000000s", [for i in range(1024) : "a"])\n}\n',
+                         {"Evaluation budget exceeded", "String too long"}),
+    "deep-braces": ("locals {\n  x = " + "{a = " * 20000 + "1" + "}" * 20000 + "\n}\n", {"Too deeply nested"}),
+    "deep-brackets": ("locals {\n  x = " + "[" * 100000 + "]" * 100000 + "\n}\n", {"Too deeply nested"}),
+    "deep-templates": ('locals {\n  x = ' + '"${' * 5000 + "1" + '}"' * 5000 + "\n}\n", {"Too deeply nested"}),
+    "huge-file": ("locals {\n" + "  # padding\n" * 60000 + "}\n", {"File too large"}),
+    "operator-chain": ("locals {\n  x = " + " + ".join(["1"] * 20000) + "\n}\n", {"Expression too deeply nested"}),
+    "attribute-chain": ("locals {\n  x = local.y" + ".a" * 20000 + "\n  y = 1\n}\n",
+                        {"Expression too deeply nested"}),
+    "integer-squaring": (_SQUARING, {"Number out of range"}),
+    "integer-literal": ("locals {\n  x = " + "9" * 5000 + "\n}\n", {"Number out of range"}),
+    "join-separator": (f"locals {{\n  s = {_A1K}\n  x = join(local.s, [for i in range(1024) : local.s])\n}}\n",
+                       {"Invalid function argument"}),
+    "replace-growth": (f'locals {{\n  s = {_A1K}\n  x = replace(local.s, "a", "${{local.s}}${{local.s}}")\n}}\n',
+                       {"Invalid function argument"}),
+    "try-swallow": ("locals {\n" + "".join(
+        f"  t{i} = try(length([for a in range(1024) : [for b in range(1024) : b]]), 0)\n" for i in range(3))
+        + "}\n", {"Evaluation budget exceeded", "Value too large"}),
+    "set-of-100k": ("locals {\n  l = flatten([for i in range(1000) : [for j in range(100) : [i, j]]])\n"
+                    "  s = toset(local.l)\n}\n", {"Evaluation budget exceeded", "Collection too large",
+                                                  "Value too large"}),
+    "splat-loop": ("locals {\n  big = [for i in range(1000) : { a = i }]\n"
+                   "  x = [for i in range(1000) : length(local.big[*].a)]\n}\n", {"Evaluation budget exceeded"}),
+    "deep-value": ("locals {\n  v0 = 1\n" + "".join(f"  v{i + 1} = [local.v{i}]\n" for i in range(200)) + "}\n",
+                   {"Value nested too deeply"}),
+}
+
+
+_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a runaway fails here instead of swapping
+from rlsched.spec import SpecError, load_spec
+out = {}
+for path in sorted(Path(sys.argv[1]).glob("*.hcl")):
+    t0 = time.process_time()
+    try:
+        load_spec(path, env={})
+        diags = []
+    except SpecError as exc:
+        diags = [(d.summary, d.range is not None and d.range.line >= 1) for d in exc.diagnostics
+                 if d.severity == "error"]
+    out[path.stem] = {"cpu": time.process_time() - t0, "diags": diags}
+out["__maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(out))
+"""
+
+
+def test_evaluation_bombs_are_located_errors_in_bounded_time_and_memory(tmp_path: Path) -> None:
+    """Each bomb ends in seconds with one located diagnostic (or its value), and all of them together
+    stay within a few hundred MiB: run in a child under a 2 GiB address-space limit."""
+    for name, (text, _summaries) in BOMBS.items():
+        (tmp_path / f"{name}.hcl").write_text(text)
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout)
+    assert report.pop("__maxrss_kib") < 600 * 1024
+    for name, (_text, summaries) in BOMBS.items():
+        got = report[name]
+        assert got["cpu"] < 15, f"{name} took {got['cpu']:.1f} s of CPU"
+        if not summaries:
+            assert got["diags"] == [], (name, got)
+            continue
+        assert got["diags"] and got["diags"][0][0] in summaries, (name, got)
+        assert all(located for _s, located in got["diags"]), (name, got)
+        assert sum(s == "Evaluation budget exceeded" for s, _ in got["diags"]) <= 1, (name, got)
+
+
+def test_regex_functions_use_terraform_re2_syntax(tmp_path: Path) -> None:
+    text = ('output "a" {\n  value = replace("gpu-h100-01", "/h(\\\\d+)-(\\\\d+)/", "H$1.$${2}$$")\n}\n'
+            'output "b" {\n  value = regex("(?P<model>[a-z]\\\\d+)-(?P<n>\\\\d+)", "gpu-h100-01")\n}\n'
+            'output "c" {\n  value = regexall("\\\\d+", "a1b22c333")\n}\n'
+            'output "d" {\n  value = regex("[a-z]+", "123abc")\n}\n')
+    spec = load(tmp_path, text)
+    assert spec.outputs == {"a": "gpu-H100.01$", "b": {"model": "h100", "n": "01"}, "c": ["1", "22", "333"],
+                            "d": "abc"}
+    diags = errors(tmp_path, 'locals {\n  x = replace("abc", "/(a)\\\\1/", "x")\n}\n')
+    assert diags[0].summary == "Invalid function argument" and "RE2" in diags[0].detail
+    assert diags[0].range is not None and diags[0].range.line == 2
+
+
+def test_long_source_line_is_cut_in_the_diagnostic(tmp_path: Path) -> None:
+    from rlsched.spec.render import render_text
+
+    diags = errors(tmp_path, "locals {\n  x = [" + "1, " * 5000 + "@]\n}\n")
+    text = render_text(diags)
+    assert max(len(line) for line in text.splitlines()) < 200
+    assert "^" in text
