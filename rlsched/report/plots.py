@@ -161,7 +161,7 @@ def build_figure(reports: Sequence[Report], title: str = "") -> Any:
     end = max((r.timeline.time_s[-1] for r in reports if r.timeline.time_s), default=1.0)
     grid = np.linspace(0.0, max(end, 1.0), _GRID_POINTS)
     hours = grid / 3600.0
-    window = max(1, int(round(3600.0 / (grid[1] - grid[0])))) if end > 2 * 3600.0 else 1
+    window = max(1, round(3600.0 / float(grid[1] - grid[0]))) if end > 2 * 3600.0 else 1
     elastic = _elastic_pools(reports)
     for head, style, label in zip(heads, styles, labels, strict=True):
         tl = head.timeline
