@@ -343,6 +343,8 @@ class _Loader:
             with contextlib.suppress(EvalError, Poisoned):  # reported where they arose
                 self.local(name, self.local_exprs[name].name_rng)
         spec = self.decode(values)
+        # a mistake in a block with for_each fails in every instance alike: report it once
+        self.diags = list(dict.fromkeys(self.diags))
         self.diags.sort(key=lambda d: (d.range is not None, d.range.filename if d.range else "",
                                        d.range.line if d.range else 0, d.range.column if d.range else 0))
         errors = [d for d in self.diags if d.severity == "error"]
@@ -527,27 +529,27 @@ class _Loader:
         layouts: dict[str, MigLayoutDecl] = {}
         for b in self.top["mig_layout"]:
             for name, scope in self.expand("mig_layout", b):
-                decl = self.mig_layout(_Block(self, b, scope, f'mig_layout "{name}"'), name)
+                decl = self.mig_layout(_Block(self, b, scope, f'mig_layout "{b.labels[0]}"'), name)
                 if decl is not None:
                     layouts[name] = decl
         pools: dict[str, PoolDecl] = {}
         pool_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         for b in self.top["pool"]:
             for name, scope in self.expand("pool", b):
-                blk = _Block(self, b, scope, f'pool "{name}"')
+                blk = _Block(self, b, scope, f'pool "{b.labels[0]}"')
                 res = self.pool(blk, name)
                 if res is not None:
                     pools[name], pool_attrs[name] = res
         quotas: dict[str, QuotaDecl] = {}
         for b in self.top["quota"]:
             for name, scope in self.expand("quota", b):
-                q = self.quota(_Block(self, b, scope, f'quota "{name}"'), name)
+                q = self.quota(_Block(self, b, scope, f'quota "{b.labels[0]}"'), name)
                 if q is not None:
                     quotas[name] = q
         policies: dict[str, PolicyDecl] = {}
         for b in self.top["policy"]:
             for name, scope in self.expand("policy", b):
-                p = self.policy(_Block(self, b, scope, f'policy "{name}"'), name)
+                p = self.policy(_Block(self, b, scope, f'policy "{b.labels[0]}"'), name)
                 if p is not None:
                     policies[name] = p
         outputs: dict[str, Any] = {}
@@ -608,8 +610,8 @@ class _Loader:
         if "nodes" in vals and "node_count" in vals:
             blk.fail(error("Conflicting arguments", "Set either nodes (hostnames, for plan/apply) or node_count "
                            "(for simulation), not both.", vals["node_count"][1].name_rng))
-        elif "nodes" not in vals and "node_count" not in vals:
-            blk.fail(error("Missing required argument", f'pool "{name}" needs nodes = [hostnames...] or '
+        elif not {"nodes", "node_count"} & set(blk.block.body.attributes):  # (not vals: one may have failed)
+            blk.fail(error("Missing required argument", f"{blk.what} needs nodes = [hostnames...] or "
                            "node_count = N.", rng))
         if len(set(nodes)) != len(nodes):
             dup = next(n for n in nodes if nodes.count(n) > 1)
@@ -690,7 +692,7 @@ class _Loader:
             blk.fail(error("Conflicting arguments", "Set max_gpus (whole GPUs) or max_slices (MIG instances), "
                            "not both: they are different units.", vals["max_slices"][1].name_rng))
         elif not {"max_gpus", "max_slices", "max_gpu_hours_per_day"} & set(vals) and blk.ok:
-            blk.fail(error("Missing limit", f'quota "{name}" sets no limit: add max_gpus, max_slices or '
+            blk.fail(error("Missing limit", f"{blk.what} sets no limit: add max_gpus, max_slices or "
                            "max_gpu_hours_per_day.", blk.block.rng))
         if pool is not None and pool not in self.block_names["pool"] and not isinstance(vals["pool"][0], BlockRef):
             blk.fail(error("Reference to undeclared pool", f'There is no pool named "{pool}".'
@@ -719,7 +721,7 @@ class _Loader:
         fallback = blk.field(vals, "fallback", _string, "weighted-priority")
         fallback = HEURISTIC_ALIASES.get(fallback, fallback.replace("_", "-"))
         if fallback not in known and "fallback" in vals:
-            blk.fail(error("Invalid fallback", f'policy "{name}" falls back to "{fallback}"; the fallback must be '
+            blk.fail(error("Invalid fallback", f'{blk.what} falls back to "{fallback}"; the fallback must be '
                            f"a heuristic ({', '.join(known)})." + did_you_mean(fallback, known),
                            vals["fallback"][1].expr.rng))
         weights = blk.field(vals, "weights", _num_map, {})

@@ -136,3 +136,36 @@ def test_long_source_line_is_cut_in_the_diagnostic(tmp_path: Path) -> None:
     text = render_text(diags)
     assert max(len(line) for line in text.splitlines()) < 200
     assert "^" in text
+
+
+# --- one error per source mistake (issue 17 item 12) ------------------------------------
+
+FOR_EACH_POOL = '''pool "gpu" {
+  for_each   = { small = 1, big = 4, mid = 2, x = 3 }
+  gpu_model  = "H100"
+  capacity   = "on_demand"
+  node_count = %s
+}
+'''
+
+
+@pytest.mark.parametrize(("expr", "extra", "summary"), [
+    ("each.vlaue", "", "Invalid each attribute"),
+    ("each.value", '  region = 7 + "a"\n', "Invalid operand"),
+    ("each.value", '  gpu_modle = "x"\n', "Unsupported argument"),
+    ("each.value", '  capacity_x = 1\n', "Unsupported argument"),
+    ("each.value", "  lifecycle {\n    prevent_destroy = maybe\n  }\n", "Unknown variable"),
+    ("local.nope", "", "Reference to undeclared local value"),
+    ("each.value", '  mig_layout = mig_layout.missing\n', "Reference to undeclared mig_layout"),
+])
+def test_a_mistake_in_a_for_each_block_is_reported_once(tmp_path: Path, expr: str, extra: str,
+                                                        summary: str) -> None:
+    text = (FOR_EACH_POOL % expr)[:-2] + extra + "}\n"
+    diags = errors(tmp_path, text)
+    assert [d.summary for d in diags] == [summary], [(d.summary, d.detail) for d in diags]
+
+
+def test_instances_that_fail_differently_are_each_reported(tmp_path: Path) -> None:
+    text = FOR_EACH_POOL.replace("{ small = 1, big = 4, mid = 2, x = 3 }", '{ a = "x", b = -1, c = 2 }') \
+        % "each.value"
+    assert sorted(d.summary for d in errors(tmp_path, text)) == ["Incorrect attribute value type", "Invalid value"]
