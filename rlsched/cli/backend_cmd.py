@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rlsched.cli.app import app
 from rlsched.errors import RlschedError
+from rlsched.report.terminal import cell, output_console
 from rlsched.runtime.backend import GpuInfo, NodeInfo
 
 inventory_app = typer.Typer(rich_markup_mode=None,
@@ -101,20 +101,21 @@ def show(
     for col in ("node", "gpu", "model", "name", "memory", "MIG", "layout", "procs", "status"):
         table.add_column(col, justify="right" if col in ("gpu", "memory", "procs") else "left")
     for n in nodes:
+        host = cell(n.hostname)  # a fleet file or a node names itself: never raw to the terminal
         if not n.reachable:
-            table.add_row(n.hostname, "?", "?", "?", "?", "?", "?", "?", "unreachable")
+            table.add_row(host, "?", "?", "?", "?", "?", "?", "?", "unreachable")
             continue
         if not n.gpus:
-            table.add_row(n.hostname, "-", "", "", "", "", "", "", "no GPUs")
+            table.add_row(host, "-", "", "", "", "", "", "", "no GPUs")
         for g in n.gpus:
             status = []
             if not g.healthy:
                 status.append("UNHEALTHY")
             if n.cordoned:
                 status.append("cordoned")
-            table.add_row(n.hostname, str(g.index), g.model or "?", g.name, f"{g.memory_mib} MiB", _mig_text(g),
-                          _layout_text(g), str(g.processes), ", ".join(status) or "ok")
-    Console(width=200).print(table)
+            table.add_row(host, str(g.index), cell(g.model or "?"), cell(g.name), f"{g.memory_mib} MiB",
+                          _mig_text(g), cell(_layout_text(g)), str(g.processes), ", ".join(status) or "ok")
+    output_console().print(table)
     n_gpus = sum(len(n.gpus) for n in nodes)
     unreachable = sum(1 for n in nodes if not n.reachable)
     typer.echo(f"{len(nodes)} nodes, {n_gpus} GPUs" + (f", {unreachable} unreachable" if unreachable else ""))

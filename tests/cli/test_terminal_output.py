@@ -186,3 +186,19 @@ def test_age_is_time_since_submission_and_runtime_the_last_run(monkeypatch: pyte
     assert re.search(r"\b10m00s\s+5m00s\b", rows["j-1"])  # running: submitted 10 min ago, running for 5
     assert re.search(r"\b2m00s\s+-\s", rows["j-2"])  # queued: never started
     assert re.search(r"\b2h00m\s+1m40s\b", rows["j-3"])  # done: ran 100 s, submitted 2 h ago
+
+
+def test_inventory_show_escapes_node_names(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    fleet = tmp_path / "fleet.json"
+    init = CliRunner().invoke(app, ["inventory", "init", "--nodes", "1x2xH100-80GB", "--out", str(fleet)])
+    assert init.exit_code == 0, init.output
+    doc = json.loads(fleet.read_text())
+    doc["nodes"][0]["hostname"] = f"evil{ESC_TITLE}[red]"
+    fleet.write_text(json.dumps(doc))
+    monkeypatch.setenv("COLUMNS", "200")
+    out = CliRunner().invoke(app, ["inventory", "show", "--backend", f"sim:{fleet}"])
+    assert out.exit_code == 0, out.output
+    _assert_clean(out.output)
+    assert "evil\\e]0;pwned\\a[red]" in out.output
