@@ -202,3 +202,31 @@ def test_inventory_show_escapes_node_names(tmp_path: Any, monkeypatch: pytest.Mo
     assert out.exit_code == 0, out.output
     _assert_clean(out.output)
     assert "evil\\e]0;pwned\\a[red]" in out.output
+
+
+def test_a_real_service_never_echoes_a_jobs_escape_sequences(tmp_path: Any) -> None:
+    """End to end: an argv with escapes goes into the service and comes back escaped from every listing (the
+    service itself refuses a user name with control characters)."""
+    import json as _json
+    import sys
+
+    from service.serving import start_serve, wait_for, write_workspace
+
+    spec, fleet = write_workspace(tmp_path)
+    s = start_serve(spec, fleet, tmp_path / "state")
+    try:
+        sub = s.cli("submit", "--gpus", "1", "--", sys.executable, "-c", "print('ok')", f"arg{ESC_TITLE}{CLEAR}")
+        assert sub.returncode == 0, sub.stderr
+        job = sub.stdout.strip()
+
+        def done() -> bool:
+            return _json.loads(s.cli("status", job, "--json").stdout)["state"] == "done"
+
+        wait_for(done, what="the job to finish")
+        for args in (("status",), ("status", job), ("audit", "--job", job), ("status", "--all")):
+            p = s.cli(*args, COLUMNS="160")
+            assert p.returncode == 0, p.stderr
+            _assert_clean(p.stdout + p.stderr)
+        assert "$'arg\\e]0;pwned\\a\\e[2J'" in s.cli("status", job).stdout
+    finally:
+        assert s.stop() == 0
