@@ -50,6 +50,8 @@ class FallbackReason(str, Enum):
     LATENCY_BUDGET = "latency-budget"
     ILLEGAL_ACTION = "illegal-action"
     CIRCUIT_OPEN = "circuit-open"
+    #: the primary kept deciding without progress at one decision point (rlsched.policies.progress)
+    DECISION_LOOP = "decision-loop"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,11 @@ service drive it like any policy. It:
 
 * checks every primary decision with the feasibility module (the one legality
   gate) BEFORE yielding it - an illegal decision is never applied;
+* watches each decision point for a decision loop without progress (scale up/down
+  alternation, many decisions with nothing placed while a job fits; the simulator's
+  :class:`~rlsched.policies.progress.LoopDetector`): the decision that would continue
+  the loop is not yielded and the rest of the decision point goes to the heuristic
+  (reason ``decision-loop``);
 * on any failure at a decision point, hands the REST of that decision point to
   the heuristic (decisions already applied stay applied: they were legal);
 * says why, with one of the :class:`~rlsched.runtime.audit.FallbackReason`
@@ -36,7 +41,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -45,6 +50,7 @@ from rlsched.cluster.feasibility import check_placement, reconfigure_check
 from rlsched.cluster.model import ClusterState, NodeStatus
 from rlsched.policies.autoscale import headroom
 from rlsched.policies.base import Scheduler
+from rlsched.policies.progress import LoopConfig, LoopDetector
 from rlsched.runtime.audit import AuditEvent, AuditRecord, AuditSink, FallbackReason, decision_record, decision_summary
 
 _log = logging.getLogger(__name__)
@@ -63,6 +69,7 @@ class GuardConfig:
         shadow: the primary only advises (audited, never applied); the heuristic acts.
         shadow_max_decisions: primary decisions audited per decision point in
             shadow mode (they are not applied, so later ones see a stale state).
+        loop: thresholds of the decision-loop detector.
     """
 
     latency_budget_s: float = 0.050
@@ -71,6 +78,7 @@ class GuardConfig:
     cooldown_s: float = 300.0
     shadow: bool = False
     shadow_max_decisions: int = 8
+    loop: LoopConfig = field(default_factory=LoopConfig)
 
     def __post_init__(self) -> None:
         if self.latency_budget_s <= 0 or self.window_s <= 0 or self.cooldown_s < 0:
@@ -199,6 +207,7 @@ class FallbackScheduler:
         #: audit records the sink failed to take.
         self.audit_errors = 0
         self._failures: deque[float] = deque()
+        self._loop = LoopDetector(self.config.loop)
         self._breaker = BreakerState.CLOSED
         self._open_until = 0.0
         #: why the primary is unavailable (not loaded / failed its reset), if it is.
@@ -365,6 +374,8 @@ class FallbackScheduler:
         """Yield the primary's decisions that are legal and on time; raise _Failure at the first that is not."""
         budget = self.config.latency_budget_s
         timed = self._timed(state, primary)
+        loop = self._loop
+        loop.start()
         try:
             for d, dt in timed:
                 if isinstance(d, WakeAt) and not math.isfinite(d.time):
@@ -376,6 +387,9 @@ class FallbackScheduler:
                 if why is not None:
                     self.refused += 1
                     raise _Failure(FallbackReason.ILLEGAL_ACTION, why, d, dt)
+                looping = loop.check(state, d)
+                if looping is not None:
+                    raise _Failure(FallbackReason.DECISION_LOOP, looping, d, dt)
                 self.primary_decisions += 1
                 yield d
         finally:

@@ -361,6 +361,9 @@ class SchedulerService:
                 # when the node they empty is released (node consolidation) would restart jobs for
                 # nothing - and, the node never going away, move them again at the next pass.
                 sched.rules = [r for r in sched.rules if not r.releases_nodes]
+                if sched.complement is not None:
+                    # the heuristic taking what the model was not trained with: layouts stay the spec's
+                    sched.complement.heuristic.mig_reconfigure = False
                 return sched
 
             primary = load

@@ -434,3 +434,28 @@ def test_keep_serving_the_previous_primary_when_the_new_one_does_not_load() -> N
     loaded = _guard(Scripted(fn, name="model-v2"), clock, sink)
     assert loaded.keep_serving(old) is False and loaded.primary is not working
     assert _guard(unreachable, clock, sink).keep_serving(_guard(unreachable, clock, sink)) is False
+
+
+def test_a_decision_loop_goes_to_the_heuristic_audited_and_opens_the_circuit() -> None:
+    from rlsched.sim import Engine
+    from tests.policies.test_progress import Alternating
+    from tests.sim.helpers import FakeMarket, job, pool
+
+    pools = [pool("onprem", nodes=1, gpus=4), pool("spot", kind=PoolKind.SPOT, nodes=2, gpus=4, delay=100.0)]
+    jobs = [job(f"j{i}", 10.0 * i, 600.0, preemptible=True) for i in range(6)]
+    clock, sink = FakeClock(), MemorySink()
+    primary = Alternating()
+    guard = FallbackScheduler(primary, WeightedPriority(), GuardConfig(failure_threshold=3), sink, clock=clock)
+    engine = Engine(pools, jobs, FakeMarket(price=1.0))
+    report = engine.run(guard)
+    assert report.jobs_completed == 6 and report.refused_decisions == 0
+    # the guard caught every loop before the third scale was yielded; the engine's own breaker saw none
+    assert report.loop_handovers == 0
+    loops = guard.fallbacks_by_reason["decision-loop"]
+    assert loops == 3  # then the circuit opened: the heuristic alone until the cooldown ends
+    assert guard.breaker_state is BreakerState.OPEN and guard.fallbacks_by_reason.get("circuit-open", 0) >= 1
+    recs = [r for r in sink.events(AuditEvent.FALLBACK) if r.reason == "decision-loop"]
+    assert len(recs) == loops
+    assert "pool spot scaled up and down 3 times" in recs[0].extra["detail"]
+    assert recs[0].extra["decision"]["kind"] == "scale"  # the decision that was not applied
+    assert primary.decided == 3 * loops
