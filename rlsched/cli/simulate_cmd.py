@@ -61,6 +61,13 @@ def sim_clock(seconds: float) -> str:
     return f"sim {seconds / 86400.0:.1f} d"
 
 
+def complete_policy(incomplete: str) -> list[str]:
+    """Shell completion of --policy: the registered schedulers starting with what was typed."""
+    from rlsched.policies import available
+
+    return [name for name in available() if name.startswith(incomplete)]
+
+
 @app.command("policies")
 def policies_cmd() -> None:
     """List the schedulers selectable with --policy."""
@@ -81,7 +88,8 @@ def simulate(
     scenario: Annotated[Path | None, typer.Option(
         "--scenario", help="Scenario YAML (cluster + workload + market); default: the bundled one.")] = None,
     policy: Annotated[list[str] | None, typer.Option(
-        "--policy", "-p", help="Policy name, policy-spec YAML, or ppo:MODEL_DIR / ppo:models:/NAME@ALIAS; "
+        "--policy", "-p", autocompletion=complete_policy,
+        help="Policy name, policy-spec YAML, or ppo:MODEL_DIR / ppo:models:/NAME@ALIAS; "
         "repeat to compare. Default: every heuristic.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write results as JSON here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of utilisation, queue, cost, nodes.")] = None,

@@ -61,3 +61,11 @@ def test_shell_completion_is_offered_and_completes_commands() -> None:
     p = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'rlsched'; from rlsched.cli import main; "
                         "main()"], env=env, capture_output=True, text=True, timeout=60)
     assert p.stdout.split() == ["simulate"], (p.stdout, p.stderr)
+
+
+def test_policy_names_complete() -> None:
+    env = {**os.environ, "_RLSCHED_COMPLETE": "complete_bash", "COMP_WORDS": "rlsched simulate --policy spot-",
+           "COMP_CWORD": "3"}
+    p = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'rlsched'; from rlsched.cli import main; "
+                        "main()"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["spot-fallback", "spot-greedy"], (p.stdout, p.stderr)
