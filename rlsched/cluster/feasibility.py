@@ -319,6 +319,26 @@ def gang_candidate(pool: Pool, job: Job, now: float) -> Placement | None:
     return None
 
 
+def gang_fits_after(pool: Pool, job: Job, now: float, freed: dict[str, int]) -> bool:
+    """Could a job larger than one node be placed in ``pool`` once ``freed[node]`` more GPUs are free there?
+
+    The same gang rule as :func:`gang_candidate`, for a rule that makes room by
+    preemption and must not suspend jobs whose GPUs would not add up to a legal place.
+    """
+    spec = pool.spec
+    if spec.sharing is Sharing.MIG:
+        return False
+    free = [len(_open_whole(nd, now)) + freed.get(nd.id, 0)
+            for nd in pool.nodes.values() if nd.ready and _node_has_host(nd, job)]
+    if spec.gang is GangMode.PACKED:
+        return sum(free) >= job.num_gpus
+    full, rest = gang_shape(spec, job.num_gpus)
+    whole = sum(1 for f in free if f >= spec.gpus_per_node)
+    if whole < full:
+        return False
+    return rest == 0 or whole > full or any(rest <= f < spec.gpus_per_node for f in free)
+
+
 def pool_candidates(pool: Pool, job: Job, now: float, *, first: bool = False) -> list[Placement]:
     """Every distinct legal placement of ``job`` in ``pool`` right now.
 

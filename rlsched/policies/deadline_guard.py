@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from rlsched.cluster.checkpoint import progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
 from rlsched.cluster.estimate import believed_work
-from rlsched.cluster.feasibility import fits_pool_spec
+from rlsched.cluster.feasibility import fits_pool_spec, gang_fits_after
 from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
 from rlsched.policies.autoscale import headroom, provisioning_gpus, scale_for_demand
 from rlsched.policies.spot import place_in_tiers
@@ -349,6 +349,8 @@ class DeadlineGuard:
             chosen = fewest_gpus(eligible, job.num_gpus - free)
             if not chosen:
                 continue
+            if where == "pool" and not gang_fits_after(pool, job, state.time, _freed_per_node(chosen)):
+                continue  # enough GPUs, but not a legal gang place (the pool's gang rule): suspend nobody
             key = (1.0 if pool.spec.kind is PoolKind.SPOT else 0.0, float(sum(held_gpus(v) for v in chosen)),
                    float(len(chosen)), -min(s for _, s in chosen))
             if best_key is None or key < best_key:
@@ -370,3 +372,12 @@ class DeadlineGuard:
             if k < key:
                 best, key = pool, k
         return best
+
+
+def _freed_per_node(victims: list[tuple[JobRun, float]]) -> dict[str, int]:
+    """GPUs the victims ``(run, merit)`` would free on each node."""
+    out: dict[str, int] = {}
+    for run, _ in victims:
+        for node_id, _gi in run.placement.gpus if run.placement is not None else ():
+            out[node_id] = out.get(node_id, 0) + 1
+    return out

@@ -17,7 +17,7 @@ from rlsched.cluster.catalog import gpu_model
 from rlsched.cluster.decisions import Place
 from rlsched.cluster.feasibility import check_placement, gang_candidate, gang_shape, pool_candidates
 from rlsched.cluster.job import Job
-from rlsched.cluster.model import ClusterState, GangMode, JobRun, Placement, PoolKind, PoolSpec
+from rlsched.cluster.model import ClusterState, GangMode, JobRun, Placement, PoolKind, PoolSpec, RunState
 from rlsched.cluster.spec import format_cluster, parse_cluster
 from rlsched.errors import ClusterSpecError, ScenarioError
 from rlsched.runtime.guard import illegal_reason
@@ -148,3 +148,62 @@ def test_scenario_gang_key_sets_every_pool(tmp_path) -> None:  # type: ignore[no
     with pytest.raises(ScenarioError, match="name the gang mode once"):
         load_scenario({**base, "cluster": "2x8xV100-16GB/gang=packed", "gang": "packed"})
     assert replace(load_scenario(base).pools[0], gang=GangMode.PACKED).gang is GangMode.PACKED
+
+
+# --------------------------------------------------------------------------- rules that make room
+
+
+def test_gang_fits_after_follows_the_pool_rule() -> None:
+    from rlsched.cluster.feasibility import gang_fits_after
+
+    job = Job("g", 0.0, 10.0, num_gpus=16)
+    state = _state([7, 4, 3, 2])
+    ids = list(state.nodes)
+    assert not gang_fits_after(state.pools["p"], job, 0.0, {})
+    assert not gang_fits_after(state.pools["p"], job, 0.0, {ids[1]: 4})  # one whole node, 16 needs two
+    assert gang_fits_after(state.pools["p"], job, 0.0, {ids[0]: 1, ids[1]: 4})
+    packed = _state([7, 4, 3, 2], GangMode.PACKED)
+    assert gang_fits_after(packed.pools["p"], job, 0.0, {})
+
+
+def _guard_state(gang: GangMode) -> tuple[ClusterState, JobRun]:
+    """Three on-demand nodes of 2 GPUs: node 0 runs x (not preemptible) and v, node 1 runs w;
+    a 4-GPU gang u (1,000 s, deadline 2,400) is urgent at 1,000 with 3 GPUs free."""
+    spec = PoolSpec(name="od", kind=PoolKind.ONDEMAND, model=V100, gpus_per_node=2, min_nodes=3, max_nodes=3,
+                    gang=gang)
+    state = ClusterState([spec])
+    state.estimator.oracle = True
+    for _ in range(3):
+        state.add_node("od", 0.0, 0.0)
+    ids = list(state.nodes)
+    for name, pre, where in (("x", False, (ids[0], 0)), ("v", True, (ids[0], 1)), ("w", True, (ids[1], 0))):
+        run = JobRun(Job(name, 0.0, 10_000.0, preemptible=pre))
+        state.allocate(run, Placement("od", (where,)))
+        run.state = RunState.RUNNING
+        state.running[name] = run
+    u = JobRun(Job("u", 0.0, 1000.0, num_gpus=4, preemptible=True, deadline=2400.0))
+    state.enqueue(u)
+    state.time = 1000.0
+    return state, u
+
+
+@pytest.mark.parametrize("gang", [GangMode.WHOLE_NODES, GangMode.PACKED])
+def test_the_deadline_guard_suspends_nobody_for_a_gang_it_cannot_place(gang: GangMode) -> None:
+    # Suspending v (the first 1-GPU victim) leaves node 0 held by x: 3 + 1 free GPUs but only one
+    # whole node. Under whole-nodes the guard must not suspend it for nothing; under packed it may.
+    from rlsched.cluster.feasibility import gang_fits_after
+    from rlsched.policies.deadline_guard import DeadlineGuard
+
+    state, u = _guard_state(gang)
+    guard = DeadlineGuard(preempt=True)
+    urgency = guard.urgency(state, u)
+    assert urgency is not None
+    victims = guard.victims(state, urgency)
+    freed: dict[str, int] = {}
+    for v in victims:
+        assert v.placement is not None
+        for nid, _ in v.placement.gpus:
+            freed[nid] = freed.get(nid, 0) + 1
+    if gang is GangMode.PACKED:
+        assert [v.job.job_id for v in victims] == ["v"]
+    assert not victims or gang_fits_after(state.pools["od"], u.job, state.time, freed)
