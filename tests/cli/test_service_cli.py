@@ -123,7 +123,7 @@ def test_client_errors_are_one_line(tmp_path: Path) -> None:
                                 str(s.state_dir), "--listen", "127.0.0.1:0"], capture_output=True, text=True,
                                env=clean_env(), timeout=60)
         assert again.returncode == 1, again.stderr
-        assert f"is in use by another rlsched service (pid {s.proc.pid})" in again.stderr, again.stderr
+        assert f"is in use by another rlsched service (pid {s.proc.pid}, {s.url})" in again.stderr, again.stderr
         assert len(again.stderr.strip().splitlines()) == 1, again.stderr
         port = s.url.rsplit(":", 1)[1]
         busy = subprocess.run([*CLI, "serve", str(spec), "--backend", f"sim:{fleet}", "--state-dir",
