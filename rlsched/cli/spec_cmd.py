@@ -58,10 +58,12 @@ def _summary(spec: object) -> str:
 
     assert isinstance(spec, Spec)
     parts = []
-    for p in spec.pools.values():
+    for key, p in spec.pools.items():
         count = p.node_count if p.node_count is not None else len(p.nodes)
         extra = f", mig {p.mig_layout}" if p.mig_layout else ""
         nodes = f"{count} node{'s' if count != 1 else ''}"
+        if {f"pool.{key}.node_count", f"pool.{key}.nodes"} & set(spec.unknown):
+            nodes = "? nodes"
         parts.append(f"{p.name} ({nodes} × {p.gpu_model}, {p.capacity}{extra})")  # noqa: RUF001
     n_pools = len(spec.pools)
     text = f"{n_pools} pool{'s' if n_pools != 1 else ''}: " + ("; ".join(parts) if parts else "none")
@@ -81,7 +83,11 @@ def validate_cmd(
     var_file: Annotated[list[str] | None, typer.Option("--var-file", help="Read variables from a .rlvars file "
                                                        "(repeatable).")] = None,
 ) -> None:
-    """Check a pool spec: syntax, variables, schema, MIG layouts, references. Exit 0 valid, 1 invalid."""
+    """Check a pool spec: syntax, variables, schema, MIG layouts, references. Exit 0 valid, 1 invalid.
+
+    As with Terraform, the configuration is checked without needing variable values: a required
+    variable nobody set is unknown, and what depends on it is checked as far as it can be.
+    """
     from rlsched.spec import SpecError, load_spec
     from rlsched.spec.render import render_json, render_text
 
@@ -94,7 +100,7 @@ def validate_cmd(
         spec = None
     else:
         try:
-            spec = load_spec(paths, var_sources=sources)
+            spec = load_spec(paths, var_sources=sources, unknown_variables=True)
             diags = list(spec.warnings)
         except SpecError as exc:
             spec, diags = None, exc.diagnostics
@@ -106,6 +112,10 @@ def validate_cmd(
         if spec is not None:
             typer.secho("Success! The configuration is valid.", fg=typer.colors.GREEN)
             typer.echo(_summary(spec))
+            unset = [u for u in spec.unknown if u.startswith("var.")]
+            if unset:
+                typer.echo(f"Checked without values for {', '.join(unset)}: what depends on them is checked by "
+                           "plan.")
     if spec is None:
         raise typer.Exit(1)
 

@@ -10,6 +10,10 @@ loader) and unknown names get a did-you-mean.
 Evaluation is bounded (:mod:`rlsched.spec.limits`): every step and every value
 built is charged to the budget of the load in progress, and every value is
 measured against the size limits, so no expression can hang or exhaust memory.
+
+An unknown value (:data:`~rlsched.spec.values.UNKNOWN`, a variable ``validate`` has
+no value for) propagates: whatever is computed from it is unknown, and only the
+errors that do not depend on it are reported.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from rlsched.spec.functions import FUNCTIONS, SPECIAL, FunctionError, call, name
 from rlsched.spec.limits import MAX_ITEMS, MAX_STRING, Budget, LimitError, current_budget
 from rlsched.spec.model import SourceRange
 from rlsched.spec.types import ConversionError, convert
-from rlsched.spec.values import SetValue, equal, make_set, normalize_number, type_name
+from rlsched.spec.values import UNKNOWN, SetValue, equal, has_unknown, make_set, normalize_number, type_name
 
 _UNSUPPORTED_ROOTS = {
     "self": "self is not available: refer to the block by its address (pool.NAME).",
@@ -113,7 +117,12 @@ class _Eval:
         if isinstance(e, A.Unary):
             return self.unary(e)
         if isinstance(e, A.Conditional):
-            cond = self.bool_of(self.eval(e.cond), e.cond.rng, "The condition")
+            cond_value = self.eval(e.cond)
+            if cond_value is UNKNOWN:  # either branch may be taken: check both
+                self.eval(e.then)
+                self.eval(e.otherwise)
+                return UNKNOWN
+            cond = self.bool_of(cond_value, e.cond.rng, "The condition")
             return self.eval(e.then if cond else e.otherwise)
         if isinstance(e, A.ForExpr):
             return self.for_expr(e)
@@ -158,6 +167,10 @@ class _Eval:
         return value
 
     def step(self, value: Any, step: A.Step) -> Any:
+        if value is UNKNOWN:
+            if isinstance(step, A.Index):
+                self.eval(step.key)
+            return UNKNOWN
         if isinstance(step, A.GetAttr):
             if isinstance(value, dict):
                 if step.name not in value:
@@ -170,6 +183,8 @@ class _Eval:
             raise EvalError("Unsupported attribute",
                             f'Can\'t access attribute "{step.name}" on a {type_name(value)} value.', step.rng)
         key = self.eval(step.key)
+        if key is UNKNOWN:
+            return UNKNOWN
         if isinstance(value, SetValue):
             raise EvalError("Invalid index", "Elements of a set cannot be accessed by index; use tolist() "
                             "first or for_each over the set.", step.rng)
@@ -199,15 +214,22 @@ class _Eval:
         source = self.eval(e.source)
         if source is None:
             return []
+        if source is UNKNOWN:
+            return UNKNOWN
         items = source if isinstance(source, list) else [source]
         self.budget.charge(len(items), e.rng)
         return [self.steps(x, e.steps) for x in items]
 
     # -- constructors -------------------------------------------------------------------
-    def object(self, e: A.ObjectExpr) -> dict[str, Any]:
+    def object(self, e: A.ObjectExpr) -> Any:
         out: dict[str, Any] = {}
+        unknown = False
         for item in e.items:
             key = self.eval(item.key)
+            if key is UNKNOWN:
+                unknown = True
+                self.eval(item.value)
+                continue
             if isinstance(key, list | dict | bool) or key is None:
                 raise EvalError("Invalid object key", f"An object key must be a string, not a {type_name(key)}.",
                                 item.key.rng)
@@ -215,11 +237,12 @@ class _Eval:
             if k in out:
                 raise EvalError("Duplicate object key", f'The key "{k}" is set more than once.', item.key.rng)
             out[k] = self.eval(item.value)
-        return out
+        return UNKNOWN if unknown else out
 
-    def template(self, parts: list[A.TemplatePart], rng: SourceRange) -> str:
+    def template(self, parts: list[A.TemplatePart], rng: SourceRange) -> Any:
         out: list[str] = []
         length = 0
+        unknown = False
 
         def add(piece: str) -> None:
             nonlocal length
@@ -234,15 +257,33 @@ class _Eval:
             if isinstance(p, str):
                 add(p)
             elif isinstance(p, A.TemplateIf):
-                cond = self.bool_of(self.eval(p.cond), p.cond.rng, "The %{if} condition")
-                add(self.template(p.then if cond else p.otherwise, rng))
+                cond_value = self.eval(p.cond)
+                if cond_value is UNKNOWN:
+                    unknown = True
+                    continue
+                cond = self.bool_of(cond_value, p.cond.rng, "The %{if} condition")
+                piece = self.template(p.then if cond else p.otherwise, rng)
+                if piece is UNKNOWN:
+                    unknown = True
+                else:
+                    add(piece)
             elif isinstance(p, A.TemplateFor):
                 coll = self.eval(p.collection)
+                if coll is UNKNOWN:
+                    unknown = True
+                    continue
                 for k, v in self.iterate(coll, p.collection.rng):
                     names_ = {p.value_var: v} | ({p.key_var: k} if p.key_var else {})
-                    add(_Eval(self.scope.child(**names_), self.budget).template(p.body, rng))
+                    piece = _Eval(self.scope.child(**names_), self.budget).template(p.body, rng)
+                    if piece is UNKNOWN:
+                        unknown = True
+                    else:
+                        add(piece)
             else:
                 v = self.eval(p)
+                if v is UNKNOWN:
+                    unknown = True
+                    continue
                 if isinstance(v, list | dict):
                     raise EvalError("Invalid template interpolation value",
                                     f"Cannot include a {type_name(v)} in a string; use join() or jsonencode().",
@@ -251,7 +292,7 @@ class _Eval:
                     raise EvalError("Invalid template interpolation value",
                                     "The expression is null; null cannot be included in a string.", p.rng)
                 add(convert(v, ("string",)))
-        return "".join(out)
+        return UNKNOWN if unknown else "".join(out)
 
     def iterate(self, coll: Any, rng: SourceRange) -> list[tuple[Any, Any]]:
         if isinstance(coll, SetValue):
@@ -265,14 +306,20 @@ class _Eval:
 
     def for_expr(self, e: A.ForExpr) -> Any:
         coll = self.eval(e.collection)
+        if coll is UNKNOWN:
+            return UNKNOWN
         pairs = self.iterate(coll, e.collection.rng)
         tuple_out: list[Any] = []
         obj_out: dict[str, Any] = {}
         for k, v in pairs:
             bind = {e.value_var: v} | ({e.key_var: k} if e.key_var else {})
             inner = _Eval(self.scope.child(**bind), self.budget)
-            if e.cond is not None and not inner.bool_of(inner.eval(e.cond), e.cond.rng, "The for condition"):
-                continue
+            if e.cond is not None:
+                keep = inner.eval(e.cond)
+                if keep is UNKNOWN:
+                    return UNKNOWN
+                if not inner.bool_of(keep, e.cond.rng, "The for condition"):
+                    continue
             value = inner.eval(e.value)
             if e.key is None:
                 tuple_out.append(value)
@@ -281,6 +328,8 @@ class _Eval:
                                      "elements.", e.rng)
                 continue
             key = inner.eval(e.key)
+            if key is UNKNOWN:
+                return UNKNOWN
             if isinstance(key, list | dict) or key is None:
                 raise EvalError("Invalid object key", f"A key must be a string, not a {type_name(key)}.", e.key.rng)
             ks = convert(key, ("string",))
@@ -314,12 +363,16 @@ class _Eval:
                     if e.name == "can":
                         return False
                     continue
-                return True if e.name == "can" else value
+                if e.name == "can":
+                    return UNKNOWN if has_unknown(value) else True
+                return value
             raise EvalError("Invalid function argument", "try: no argument could be evaluated.", e.rng)
         if e.name not in FUNCTIONS:
             raise EvalError("Call to unknown function", f'There is no function named "{e.name}".'
                             + did_you_mean(e.name, names()), e.rng)
         args = [self.eval(a) for a in e.args]
+        if e.expand and args and args[-1] is UNKNOWN:
+            return UNKNOWN
         if e.expand:
             if not args or not isinstance(args[-1], list):
                 raise EvalError("Invalid expanding argument value",
@@ -327,6 +380,8 @@ class _Eval:
             args = [*args[:-1], *args[-1]]
         # a function may read all of its arguments: charge what it could read, before it runs
         self.budget.charge(sum(self.budget.measure(a, e.rng)[0] for a in args), e.rng)
+        if any(has_unknown(a) for a in args):
+            return UNKNOWN
         try:
             result = call(e.name, args)
         except FunctionError as exc:
@@ -364,6 +419,8 @@ class _Eval:
 
     def unary(self, e: A.Unary) -> Any:
         v = self.eval(e.operand)
+        if v is UNKNOWN:
+            return UNKNOWN
         if e.op == "!":
             return not self.bool_of(v, e.operand.rng, 'The operand of "!"')
         return normalize_number(-self.number_of(v, e.operand.rng, "-"))
@@ -371,11 +428,21 @@ class _Eval:
     def binary(self, e: A.Binary) -> Any:
         op = e.op
         if op in ("&&", "||"):
-            left = self.bool_of(self.eval(e.left), e.left.rng, f'The left operand of "{op}"')
-            if (op == "&&" and not left) or (op == "||" and left):
+            left_value = self.eval(e.left)
+            left = None if left_value is UNKNOWN else self.bool_of(left_value, e.left.rng,
+                                                                    f'The left operand of "{op}"')
+            if left is not None and ((op == "&&" and not left) or (op == "||" and left)):
                 return left
-            return self.bool_of(self.eval(e.right), e.right.rng, f'The right operand of "{op}"')
+            right_value = self.eval(e.right)
+            if right_value is UNKNOWN:
+                return UNKNOWN
+            right = self.bool_of(right_value, e.right.rng, f'The right operand of "{op}"')
+            if left is None:  # unknown op right: the right side may still decide it
+                return right if (op == "&&" and not right) or (op == "||" and right) else UNKNOWN
+            return right
         lv, rv = self.eval(e.left), self.eval(e.right)
+        if has_unknown(lv) or has_unknown(rv):
+            return UNKNOWN
         if op in ("==", "!=") and isinstance(lv, list | dict) and isinstance(rv, list | dict):
             self.budget.charge(min(self.budget.measure(lv, e.rng)[0], self.budget.measure(rv, e.rng)[0]), e.rng)
         if op == "==":

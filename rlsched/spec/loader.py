@@ -37,7 +37,7 @@ from rlsched.spec.model import (
     SpotMarketDecl,
 )
 from rlsched.spec.syntax import parse_text
-from rlsched.spec.values import BlockRef, SetValue, plain, render, type_name
+from rlsched.spec.values import UNKNOWN, BlockRef, SetValue, has_unknown, plain, render, type_name
 from rlsched.spec.variables import VarSource, read_declarations, resolve_values, variable_namespace
 
 #: top-level block type -> number of labels
@@ -56,10 +56,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION_FULL = re.compile(r"^(\d+(?:\.\d+)?(ms|s|m|h))+$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 HEURISTIC_ALIASES = {"weighted_priority": "weighted-priority"}
+#: gpu_model of a pool whose model ``validate`` cannot know (it comes from a variable without a value)
+UNKNOWN_MODEL = "(unknown)"
 
 
 def load_spec(paths: list[Path] | Path, *, var_files: Sequence[str | Path] = (), var_args: Sequence[str] = (),
-              env: Mapping[str, str] | None = None, var_sources: Sequence[VarSource] | None = None) -> Spec:
+              env: Mapping[str, str] | None = None, var_sources: Sequence[VarSource] | None = None,
+              unknown_variables: bool = False) -> Spec:
     """Load, evaluate and check a pool spec.
 
     Args:
@@ -68,6 +71,9 @@ def load_spec(paths: list[Path] | Path, *, var_files: Sequence[str | Path] = (),
         var_args: ``--var NAME=VALUE`` strings.
         env: environment for ``RLSCHED_VAR_<name>`` (default: ``os.environ``).
         var_sources: ``("file", path)`` / ``("var", "k=v")`` in command-line order; overrides the two above.
+        unknown_variables: ``validate``'s mode, as Terraform's: a required variable given no value is
+            unknown rather than an error, and what depends on it is checked only as far as it can be
+            (``Spec.unknown`` lists the settings left unknown). Plan, apply and the service never use it.
 
     Returns:
         The evaluated :class:`Spec` (warnings in ``Spec.warnings``).
@@ -77,7 +83,7 @@ def load_spec(paths: list[Path] | Path, *, var_files: Sequence[str | Path] = (),
     """
     if var_sources is None:
         var_sources = [("file", str(f)) for f in var_files] + [("var", v) for v in var_args]
-    loader = _Loader(os.environ if env is None else env)
+    loader = _Loader(os.environ if env is None else env, unknown_variables)
     with budget_scope():  # one evaluation budget for the whole load (rlsched.spec.limits)
         return loader.load([paths] if isinstance(paths, Path | str) else list(paths), var_sources)
 
@@ -105,10 +111,16 @@ class _FieldError(Exception):
 
 
 class _Block:
-    """One evaluated block instance: attribute values with their ranges, and nested blocks."""
+    """One evaluated block instance: attribute values with their ranges, and nested blocks.
 
-    def __init__(self, loader: _Loader, block: A.Block, scope: Scope, what: str) -> None:
+    ``what`` names the block in messages (``pool "gpu"``: the same for every for_each
+    instance, so one mistake reads the same everywhere); ``address`` names the
+    instance (``pool.gpu["big"]``) for :attr:`Spec.unknown`.
+    """
+
+    def __init__(self, loader: _Loader, block: A.Block, scope: Scope, what: str, address: str = "") -> None:
         self.loader, self.block, self.scope, self.what = loader, block, scope, what
+        self.address = address or what
         self.ok = True
 
     def attrs(self, allowed: Iterable[str], required: Iterable[str] = ()) -> dict[str, tuple[Any, A.Attribute]]:
@@ -157,7 +169,7 @@ class _Block:
         return out
 
     def sub(self, block: A.Block) -> _Block:
-        return _Block(self.loader, block, self.scope, f'a "{block.type}" block')
+        return _Block(self.loader, block, self.scope, f'a "{block.type}" block', f"{self.address}.{block.type}")
 
     def fail(self, diag: Diagnostic) -> None:
         self.ok = False
@@ -169,6 +181,9 @@ class _Block:
         if name not in vals:
             return default
         value, attr = vals[name]
+        if has_unknown(value):  # validate without a variable's value: nothing to check here
+            self.loader.unknown.add(f"{self.address}.{name}")
+            return default
         try:
             return conv(value)
         except _FieldError as exc:
@@ -303,8 +318,10 @@ def _ref(kind: str) -> Callable[[Any], str]:
 # --- the loader ----------------------------------------------------------------------
 
 class _Loader:
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], unknown_variables: bool = False) -> None:
         self.env = env
+        self.unknown_variables = unknown_variables
+        self.unknown: set[str] = set()  # addresses of settings whose value is unknown
         self.diags: list[Diagnostic] = []
         self.top: dict[str, list[A.Block]] = {k: [] for k in TOP_BLOCKS}
         self.files: list[str] = []
@@ -318,6 +335,7 @@ class _Loader:
         self.namespaces: dict[str, Namespace] = {}
         self.quota_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         self.source_bytes = 0
+        self.unknown_instances: set[tuple[str, str]] = set()  # (kind, name) whose for_each is unknown
 
     # -- files ------------------------------------------------------------------------
     def load(self, paths: list[Path | str], var_sources: Sequence[VarSource]) -> Spec:
@@ -334,7 +352,8 @@ class _Loader:
             self.read_file(f)
         decls = read_declarations(self.top["variable"], self.diags)
         dirs = list(dict.fromkeys(f.parent for f in files))
-        values, failed = resolve_values(decls, dirs, var_sources, self.env, self.diags)
+        values, failed = resolve_values(decls, dirs, var_sources, self.env, self.diags, self.unknown_variables)
+        self.unknown.update(f"var.{k}" for k, v in values.items() if v is UNKNOWN)
         self.namespaces = {"var": variable_namespace(decls, values, failed), "local": Namespace(
             "local", self.local, lambda: list(self.local_exprs))}
         for kind in _REF_KINDS:
@@ -459,6 +478,8 @@ class _Loader:
             keys = self.for_each(kind, blocks[name])
             if keys is None:
                 raise Poisoned(name)
+            if (kind, name) in self.unknown_instances:
+                return UNKNOWN
             return {k: BlockRef(kind, f'{name}["{k}"]') for k in keys}
 
         return Namespace(kind, lookup, lambda: list(self.block_names[kind]))
@@ -476,7 +497,11 @@ class _Loader:
         result: dict[str, Any] | None = None
         try:
             value = evaluate(attr.expr, self.scope())
-            if isinstance(value, SetValue):
+            if value is UNKNOWN:  # validate: the instances are unknown; check the body once
+                self.unknown_instances.add(key)
+                self.unknown.add(f"{kind}.{block.labels[0]}.for_each")
+                result = {"*": UNKNOWN}
+            elif isinstance(value, SetValue):
                 if not all(isinstance(v, str) for v in value):
                     raise EvalError("Invalid for_each argument", "A set used in for_each must hold strings.",
                                     attr.expr.rng)
@@ -511,11 +536,12 @@ class _Loader:
                                     block.body.attributes["for_each"].name_rng))
             return []
         items = self.for_each(kind, block)
+        unknown = (kind, name) in self.unknown_instances
         out = []
         for k, v in (items or {}).items():
             def lookup(attr: str, rng: SourceRange, k: str = k, v: Any = v) -> Any:
                 if attr == "key":
-                    return k
+                    return UNKNOWN if unknown else k
                 if attr == "value":
                     return v
                 raise EvalError("Invalid each attribute", f'each has "key" and "value", not "{attr}".'
@@ -529,27 +555,28 @@ class _Loader:
         layouts: dict[str, MigLayoutDecl] = {}
         for b in self.top["mig_layout"]:
             for name, scope in self.expand("mig_layout", b):
-                decl = self.mig_layout(_Block(self, b, scope, f'mig_layout "{b.labels[0]}"'), name)
+                blk = _Block(self, b, scope, f'mig_layout "{b.labels[0]}"', f"mig_layout.{name}")
+                decl = self.mig_layout(blk, name)
                 if decl is not None:
                     layouts[name] = decl
         pools: dict[str, PoolDecl] = {}
         pool_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         for b in self.top["pool"]:
             for name, scope in self.expand("pool", b):
-                blk = _Block(self, b, scope, f'pool "{b.labels[0]}"')
+                blk = _Block(self, b, scope, f'pool "{b.labels[0]}"', f"pool.{name}")
                 res = self.pool(blk, name)
                 if res is not None:
                     pools[name], pool_attrs[name] = res
         quotas: dict[str, QuotaDecl] = {}
         for b in self.top["quota"]:
             for name, scope in self.expand("quota", b):
-                q = self.quota(_Block(self, b, scope, f'quota "{b.labels[0]}"'), name)
+                q = self.quota(_Block(self, b, scope, f'quota "{b.labels[0]}"', f"quota.{name}"), name)
                 if q is not None:
                     quotas[name] = q
         policies: dict[str, PolicyDecl] = {}
         for b in self.top["policy"]:
             for name, scope in self.expand("policy", b):
-                p = self.policy(_Block(self, b, scope, f'policy "{b.labels[0]}"'), name)
+                p = self.policy(_Block(self, b, scope, f'policy "{b.labels[0]}"', f"policy.{name}"), name)
                 if p is not None:
                     policies[name] = p
         outputs: dict[str, Any] = {}
@@ -562,7 +589,8 @@ class _Loader:
         self.cross_check(pools, pool_attrs, layouts, quotas)
         return Spec(pools=pools, layouts=layouts, quotas=quotas, policies=policies, outputs=outputs,
                     variables={k: plain(v) for k, v in variables.items()}, files=tuple(self.files),
-                    warnings=tuple(d for d in self.diags if d.severity == "warning"))
+                    warnings=tuple(d for d in self.diags if d.severity == "warning"),
+                    unknown=tuple(sorted(self.unknown)))
 
     def mig_layout(self, blk: _Block, name: str) -> MigLayoutDecl | None:
         vals = blk.attrs(("devices",), ("devices",))
@@ -584,7 +612,10 @@ class _Loader:
                           "region", "display_name"), ("gpu_model",))
         nested = blk.blocks(("spot_market", "disruption", "lifecycle"))
         model = ""
-        if "gpu_model" in vals:
+        if "gpu_model" in vals and has_unknown(vals["gpu_model"][0]):
+            model = UNKNOWN_MODEL
+            self.unknown.add(f"{blk.address}.gpu_model")
+        elif "gpu_model" in vals:
             raw = blk.field(vals, "gpu_model", _string, "")
             resolved = resolve_gpu_name(raw) if raw else None
             if raw and resolved is None:
@@ -761,7 +792,7 @@ class _Loader:
                 elif target not in self.block_names["pool"] and target not in pools:
                     self.diags.append(error("Reference to undeclared pool", f'There is no pool named "{target}".'
                                             + did_you_mean(target, pools), attr.expr.rng))
-            if p.mig_layout is None:
+            if p.mig_layout is None or p.gpu_model not in CATALOG:  # (unknown to validate)
                 continue
             model = CATALOG[p.gpu_model]
             ref_rng = attrs[name]["mig_layout"][1].expr.rng
@@ -778,7 +809,7 @@ class _Loader:
                                             f"by pool.{name} at {ref_rng}).", where))
         for qname, q in quotas.items():
             pool = pools.get(q.pool)
-            if pool is None or not q.max_slices:
+            if pool is None or not q.max_slices or pool.gpu_model not in CATALOG:
                 continue
             qrng = self.quota_attrs[qname]["max_slices"][1].expr.rng
             if pool.mig_layout is None:

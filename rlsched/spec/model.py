@@ -182,3 +182,6 @@ class Spec:
     variables: dict[str, Any] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     warnings: tuple[Diagnostic, ...] = ()
+    #: settings ``validate`` could not know (from a variable given no value), e.g. ``pool.a.node_count``;
+    #: always empty outside validate, where such a variable is an error
+    unknown: tuple[str, ...] = ()

@@ -32,6 +32,41 @@ class SetValue(list[Any]):
     """A set: unique elements, kept in a stable order (strings sorted, as Terraform does)."""
 
 
+class Unknown:
+    """A value ``validate`` cannot know: a variable given no value (Terraform's unknown value).
+
+    Validation checks the configuration, not its inputs (as ``terraform validate``
+    does), so a required variable without a value evaluates to :data:`UNKNOWN`;
+    anything computed from it is unknown too, and the checks that would need it
+    are skipped. ``plan``, ``apply`` and the service never see one: for them a
+    missing variable is an error.
+    """
+
+    _instance: Unknown | None = None
+
+    def __new__(cls) -> Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(unknown)"
+
+
+UNKNOWN = Unknown()
+
+
+def has_unknown(v: Any) -> bool:
+    """Whether ``v`` is or holds an unknown value."""
+    if v is UNKNOWN:
+        return True
+    if isinstance(v, dict):
+        return any(has_unknown(x) for x in v.values())
+    if isinstance(v, list):
+        return any(has_unknown(x) for x in v)
+    return False
+
+
 def set_key(v: Any) -> Any:
     """A hashable key with :func:`equal`'s meaning: equal values, and only they, share a key.
 
@@ -76,6 +111,8 @@ def type_name(v: Any) -> str:
         return "list"
     if isinstance(v, dict):
         return "map"
+    if v is UNKNOWN:
+        return "unknown value"
     return type(v).__name__
 
 
@@ -100,7 +137,9 @@ def equal(a: Any, b: Any) -> bool:
 
 
 def plain(v: Any) -> Any:
-    """Strip BlockRef/SetValue into plain str/list (for outputs and JSON)."""
+    """Strip BlockRef/SetValue into plain str/list (for outputs and JSON); unknown becomes null."""
+    if v is UNKNOWN:
+        return None
     if isinstance(v, BlockRef):
         return str(v)
     if isinstance(v, dict):

@@ -20,6 +20,7 @@ from rlsched.spec.evaluator import Namespace, Scope, constant, evaluate
 from rlsched.spec.model import Diagnostic, SourceRange
 from rlsched.spec.syntax import parse_text
 from rlsched.spec.types import ANY, ConversionError, Type, convert, parse_type, type_str
+from rlsched.spec.values import UNKNOWN
 
 ENV_PREFIX = "RLSCHED_VAR_"
 VarSource = tuple[str, str]  # ("file", path) or ("var", "name=value"), in command-line order
@@ -139,8 +140,14 @@ def _parse_raw(raw: str, decl: VarDecl, origin: str) -> Any:
 
 
 def resolve_values(decls: dict[str, VarDecl], spec_dirs: Sequence[Path], sources: Sequence[VarSource],
-                   env: Mapping[str, str], diags: list[Diagnostic]) -> tuple[dict[str, Any], set[str]]:
-    """Final value of every variable, and the names whose value failed (poisoned)."""
+                   env: Mapping[str, str], diags: list[Diagnostic],
+                   unknown_if_missing: bool = False) -> tuple[dict[str, Any], set[str]]:
+    """Final value of every variable, and the names whose value failed (poisoned).
+
+    With ``unknown_if_missing`` (``validate``), a required variable nobody set is
+    :data:`~rlsched.spec.values.UNKNOWN` instead of an error, and its validation
+    rules are not run.
+    """
     chosen: dict[str, _Value] = {}
     for name in decls:
         key = ENV_PREFIX + name
@@ -173,6 +180,9 @@ def resolve_values(decls: dict[str, VarDecl], spec_dirs: Sequence[Path], sources
     for name, decl in decls.items():
         src = chosen.get(name)
         if src is None:
+            if not decl.has_default and unknown_if_missing:
+                values[name] = UNKNOWN
+                continue
             if not decl.has_default:
                 diags.append(error(f'No value for required variable "{name}"',
                                    f'Set it with --var \'{name}=...\', in a .rlvars file (a *.auto.rlvars file '
@@ -196,12 +206,14 @@ def resolve_values(decls: dict[str, VarDecl], spec_dirs: Sequence[Path], sources
             failed.add(name)
     var_ns = variable_namespace(decls, values, failed)
     for name, decl in decls.items():
-        if name in failed:
+        if name in failed or values.get(name) is UNKNOWN:
             continue
         scope = Scope({"var": var_ns})
         for cond, msg in decl.validations:
             try:
                 ok = evaluate(cond, scope)
+                if ok is UNKNOWN:  # depends on another variable validate has no value for
+                    continue
                 if not isinstance(ok, bool):
                     raise EvalError("Invalid validation condition",
                                     "The condition must be true or false.", cond.rng)

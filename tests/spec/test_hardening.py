@@ -169,3 +169,72 @@ def test_instances_that_fail_differently_are_each_reported(tmp_path: Path) -> No
     text = FOR_EACH_POOL.replace("{ small = 1, big = 4, mid = 2, x = 3 }", '{ a = "x", b = -1, c = 2 }') \
         % "each.value"
     assert sorted(d.summary for d in errors(tmp_path, text)) == ["Incorrect attribute value type", "Invalid value"]
+
+
+# --- validate without variable values (issue 17 item 13) --------------------------------
+
+UNSET = '''variable "n" {
+  type = number
+  validation {
+    condition     = var.n <= 4
+    error_message = "At most four nodes."
+  }
+}
+variable "model" {
+  type = string
+}
+variable "pools" {
+  type = map(number)
+}
+pool "a" {
+  gpu_model  = "H100"
+  capacity   = "spot"
+  node_count = var.n
+  region     = "r-${var.n}"
+}
+pool "b" {
+  gpu_model  = var.model
+  capacity   = "on_demand"
+  node_count = var.n > 2 ? 1 : 2
+}
+pool "c" {
+  for_each   = var.pools
+  gpu_model  = "H100"
+  capacity   = "on_demand"
+  node_count = each.value
+  display_name = "c-${each.key}"
+}
+quota "q" {
+  pool      = pool.c["x"]
+  principal = "u"
+  max_gpus  = length([for p in var.pools : p])
+}
+'''
+
+
+def test_validate_needs_no_variable_values(tmp_path: Path) -> None:
+    spec = load(tmp_path, UNSET, unknown_variables=True)
+    assert set(spec.pools) == {"a", "b", 'c["*"]'}
+    assert {"var.n", "var.model", "var.pools", "pool.a.node_count", "pool.b.gpu_model"} <= set(spec.unknown)
+    # plan and apply still need them, naming every way to set one
+    summaries = [d.summary for d in errors(tmp_path, UNSET)]
+    assert summaries == [f'No value for required variable "{v}"' for v in ("n", "model", "pools")]
+    # what is known is still checked, and values given are still validated
+    diags = errors(tmp_path, UNSET.replace('"H100"', '"H1000"', 1), unknown_variables=True)
+    assert [d.summary for d in diags] == ["Unknown GPU model"]
+    diags = errors(tmp_path, UNSET, unknown_variables=True, var_args=["n=9"])
+    assert [d.summary for d in diags] == ["Invalid value for variable"]
+    diags = errors(tmp_path, UNSET.replace("each.value", "each.vlaue"), unknown_variables=True)
+    assert [d.summary for d in diags] == ["Invalid each attribute"]
+    diags = errors(tmp_path, UNSET.replace("var.n > 2", "var.nn > 2"), unknown_variables=True)
+    assert [d.summary for d in diags] == ["Reference to undeclared input variable"]
+
+
+@pytest.mark.parametrize("expr", ['"x-${var.u}"', "var.u ? 1 : 2", "[for x in var.u : x]", "var.u[0]",
+                                  "length(var.u)", "var.u + 1", "!var.u", "{ (var.u) = 1 }", "var.u[*].a",
+                                  "try(var.u, 1)", "can(var.u)", "var.u == 1", "false && var.u",
+                                  'format("%s", var.u)', "concat(var.u...)"])
+def test_unknown_values_propagate_without_errors(tmp_path: Path, expr: str) -> None:
+    text = f'variable "u" {{\n}}\noutput "o" {{\n  value = {expr}\n}}\n'
+    spec = load(tmp_path, text, unknown_variables=True)
+    assert spec.outputs["o"] in (None, False)
