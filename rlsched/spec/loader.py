@@ -553,20 +553,23 @@ class _Loader:
     # -- schema -----------------------------------------------------------------------
     def decode(self, variables: dict[str, Any]) -> Spec | None:
         layouts: dict[str, MigLayoutDecl] = {}
+        failed_layouts: dict[str, MigLayoutDecl] = {}  # with errors, yet still checked against their pools
         for b in self.top["mig_layout"]:
             for name, scope in self.expand("mig_layout", b):
                 blk = _Block(self, b, scope, f'mig_layout "{b.labels[0]}"', f"mig_layout.{name}")
                 decl = self.mig_layout(blk, name)
                 if decl is not None:
-                    layouts[name] = decl
+                    (layouts if blk.ok else failed_layouts)[name] = decl
         pools: dict[str, PoolDecl] = {}
+        failed_pools: dict[str, PoolDecl] = {}  # with errors, yet still cross-checked: all errors at once
         pool_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         for b in self.top["pool"]:
             for name, scope in self.expand("pool", b):
                 blk = _Block(self, b, scope, f'pool "{b.labels[0]}"', f"pool.{name}")
                 res = self.pool(blk, name)
                 if res is not None:
-                    pools[name], pool_attrs[name] = res
+                    decl, pool_attrs[name] = res
+                    (pools if blk.ok else failed_pools)[name] = decl
         quotas: dict[str, QuotaDecl] = {}
         for b in self.top["quota"]:
             for name, scope in self.expand("quota", b):
@@ -586,15 +589,18 @@ class _Loader:
             blk.blocks(())
             if "value" in vals:
                 outputs[b.labels[0]] = plain(vals["value"][0])
-        self.cross_check(pools, pool_attrs, layouts, quotas)
+        self.cross_check(pools, pool_attrs, {**failed_layouts, **layouts}, quotas, failed_pools)
         return Spec(pools=pools, layouts=layouts, quotas=quotas, policies=policies, outputs=outputs,
                     variables={k: plain(v) for k, v in variables.items()}, files=tuple(self.files),
                     warnings=tuple(d for d in self.diags if d.severity == "warning"),
                     unknown=tuple(sorted(self.unknown)))
 
     def mig_layout(self, blk: _Block, name: str) -> MigLayoutDecl | None:
+        """The layout, or None when ``devices`` itself is wrong; a layout whose block has other
+        errors is still returned (``blk.ok`` is False) so that its fit is checked all the same."""
         vals = blk.attrs(("devices",), ("devices",))
         blk.blocks(())
+        errors_before = len(self.diags)
         devices: dict[str, int] = blk.field(vals, "devices", _int_map, {})
         if "devices" in vals:
             rng = vals["devices"][1].expr.rng
@@ -602,7 +608,7 @@ class _Loader:
                 if not _PROFILE.match(prof):
                     blk.fail(error("Invalid MIG profile", f'"{prof}" is not a MIG profile name; mig-parted names '
                                    'look like "1g.10gb", "3g.40gb" or "1g.10gb+me".', rng))
-        if not blk.ok:
+        if "devices" not in vals or len(self.diags) > errors_before:
             return None
         return MigLayoutDecl(name, {k: v for k, v in devices.items() if v > 0}, blk.block.rng)
 
@@ -701,8 +707,9 @@ class _Loader:
             lifecycle = LifecycleDecl(lb.field(lv, "prevent_destroy", _boolean, False),
                                       lb.field(lv, "create_before_destroy", _boolean, False))
             blk.ok = blk.ok and lb.ok
-        if not blk.ok or not model:
+        if not model:
             return None
+        # returned even when blk.ok is False: its nodes and MIG layout are still cross-checked
         decl = PoolDecl(name=name, gpu_model=model, capacity=capacity, nodes=nodes, node_count=node_count,
                         min_nodes=min_nodes, max_nodes=max_nodes, gpus_per_node=gpus_per_node, gpus=gpus,
                         mig_layout=layout, timeslice_replicas=replicas, cost_per_gpu_hour=cost, region=region,
@@ -773,9 +780,17 @@ class _Loader:
 
     # -- cross-checks ------------------------------------------------------------------
     def cross_check(self, pools: dict[str, PoolDecl], attrs: dict[str, dict[str, tuple[Any, A.Attribute]]],
-                    layouts: dict[str, MigLayoutDecl], quotas: dict[str, QuotaDecl]) -> None:
+                    layouts: dict[str, MigLayoutDecl], quotas: dict[str, QuotaDecl],
+                    failed_pools: Mapping[str, PoolDecl]) -> None:
+        """Checks across blocks: nodes in one pool, fallbacks, MIG layouts on their GPU model, quotas.
+
+        Pools that have errors of their own are checked too (``failed_pools``), so a MIG
+        layout that does not fit is reported together with a typo elsewhere in its pool,
+        not only once the typo is fixed. Their settings that failed are at their defaults,
+        which no check here reads as a problem.
+        """
         owner: dict[str, tuple[str, SourceRange]] = {}
-        for name, p in pools.items():
+        for name, p in {**pools, **failed_pools}.items():
             for node in p.nodes:
                 rng = attrs[name]["nodes"][1].expr.rng
                 if node in owner:

@@ -238,3 +238,34 @@ def test_unknown_values_propagate_without_errors(tmp_path: Path, expr: str) -> N
     text = f'variable "u" {{\n}}\noutput "o" {{\n  value = {expr}\n}}\n'
     spec = load(tmp_path, text, unknown_variables=True)
     assert spec.outputs["o"] in (None, False)
+
+
+# --- all errors at once, MIG layouts included (issue 22 item 11) ------------------------
+
+_MIG = '''mig_layout "balanced" {
+  devices = { "1g.10gb" = 9 }%s
+}
+pool "infer" {
+  gpu_model  = "H100-80GB"
+  nodes      = ["gpu-h100-01"]
+  mig_layout = mig_layout.balanced%s
+}
+pool "other" {
+  gpu_model = "H100-80GB"
+  nodes     = ["gpu-h100-01"]%s
+}
+'''
+
+
+@pytest.mark.parametrize(("layout_extra", "pool_extra", "other_extra", "others"), [
+    ("", "\n  gpu_modle  = 1", "", ["Unsupported argument"]),
+    ("\n  foo = 1", "", "", ["Unsupported argument"]),
+    ("\n  foo = 1", "\n  node_count = \"x\"", "\n  capacity = \"spott\"",
+     ["Conflicting arguments", "Incorrect attribute value type", "Invalid value", "Unsupported argument"]),
+])
+def test_mig_layout_errors_come_with_every_other_error(tmp_path: Path, layout_extra: str, pool_extra: str,
+                                                       other_extra: str, others: list[str]) -> None:
+    diags = errors(tmp_path, _MIG % (layout_extra, pool_extra, other_extra))
+    summaries = [d.summary for d in diags]
+    assert summaries.count("Invalid MIG layout") == 1 and "Node in two pools" in summaries, summaries
+    assert sorted(s for s in summaries if s not in ("Invalid MIG layout", "Node in two pools")) == others
