@@ -568,8 +568,8 @@ class _Loader:
                 blk = _Block(self, b, scope, f'pool "{b.labels[0]}"', f"pool.{name}")
                 res = self.pool(blk, name)
                 if res is not None:
-                    decl, pool_attrs[name] = res
-                    (pools if blk.ok else failed_pools)[name] = decl
+                    pool_decl, pool_attrs[name] = res
+                    (pools if blk.ok else failed_pools)[name] = pool_decl
         quotas: dict[str, QuotaDecl] = {}
         for b in self.top["quota"]:
             for name, scope in self.expand("quota", b):
