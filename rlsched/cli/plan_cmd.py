@@ -179,6 +179,14 @@ def _check_plan(p: Plan) -> None:
         raise typer.Exit(1)
 
 
+def safe_text(text: str) -> str:
+    """Plan, apply and state output with control characters escaped (hostnames and names come from the
+    backend and the state file); newlines and tabs pass."""
+    from rlsched.report.terminal import escape_control
+
+    return escape_control(text, keep="\n\t")
+
+
 def _step_delay() -> float:
     from rlsched.plan.apply import STEP_DELAY_ENV
 
@@ -219,7 +227,7 @@ def plan_cmd(
     with locked(store, "plan", timeout=lock_timeout, warn=_err):
         p = _make_plan(spec, be, store)
     _check_plan(p)
-    typer.echo(render_json(p) if json_out else render_plan(p), nl=False)
+    typer.echo(render_json(p) if json_out else safe_text(render_plan(p)), nl=False)
     if out is not None:
         save_plan(out, SavedPlan(plan=p, config_hash=config_hash(spec.files or specs),
                                  files=tuple(str(Path(f).resolve()) for f in (spec.files or specs)),
@@ -272,7 +280,7 @@ def apply_cmd(
     from rlsched.plan.render import NO_CHANGES, render_plan
     from rlsched.plan.state import StateStore, locked
 
-    opts = ApplyOptions(step_delay_s=_step_delay(), progress=typer.echo)
+    opts = ApplyOptions(step_delay_s=_step_delay(), progress=lambda line: typer.echo(safe_text(line)))
     if len(targets) == 1 and looks_like_plan_file(targets[0]):
         saved = load_plan(targets[0])
         if var or var_file:
@@ -301,7 +309,7 @@ def apply_cmd(
     with locked(store, "apply", timeout=lock_timeout, warn=_err):
         p = _make_plan(spec, be, store)
         _check_plan(p)
-        typer.echo(render_plan(p), nl=False)
+        typer.echo(safe_text(render_plan(p)), nl=False)
         result = None
         if p.has_changes:
             if not auto_approve and not _ask_yes():
@@ -368,7 +376,7 @@ def state_list(state: StateOpt = None) -> None:
     """List the addresses in the state, one per line."""
     st = _state_or_fail(state)
     for rec in st.to_json()["resources"]:
-        typer.echo(f"{rec['type']}.{rec['name']}")
+        typer.echo(safe_text(f"{rec['type']}.{rec['name']}"))
 
 
 @state_app.command("show")
@@ -392,8 +400,8 @@ def state_show(
     if json_out:
         typer.echo(json.dumps(rec.to_json(), indent=2))
         return
-    typer.echo(f"# {rec.address}:")
-    typer.echo(f'{rec.type} "{rec.name}" {{')
+    typer.echo(safe_text(f"# {rec.address}:"))
+    typer.echo(safe_text(f'{rec.type} "{rec.name}" {{'))
     typer.echo(f"  key = {fmt_value(rec.key)}")
     for section, values in (("attributes", rec.attributes), ("observed", rec.observed)):
         if not values:
@@ -401,9 +409,9 @@ def state_show(
         typer.echo(f"\n  # {section}")
         width = max(len(k) for k in values)
         for k, v in sorted(values.items()):
-            typer.echo(f"  {k:<{width}} = {fmt_value(v, k)}")
+            typer.echo(safe_text(f"  {k:<{width}} = {fmt_value(v, k)}"))
     if rec.depends_on:
-        typer.echo(f"\n  depends_on = [{', '.join(rec.depends_on)}]")
+        typer.echo(safe_text(f"\n  depends_on = [{', '.join(rec.depends_on)}]"))
     typer.echo("}")
 
 

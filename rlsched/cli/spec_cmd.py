@@ -17,6 +17,7 @@ import typer
 
 from rlsched.cli.app import app
 from rlsched.cli.plan_cmd import ExitOneOnUsageError
+from rlsched.report.terminal import escape_control
 
 FMT_WOULD_CHANGE = 3
 
@@ -108,7 +109,7 @@ def validate_cmd(
         typer.echo(json.dumps(render_json(diags), indent=2))
     else:
         if diags:
-            typer.echo(render_text(diags), err=spec is None)
+            typer.echo(escape_control(render_text(diags), keep="\n\t"), err=spec is None)
         if spec is not None:
             typer.secho("Success! The configuration is valid.", fg=typer.colors.GREEN)
             typer.echo(_summary(spec))
@@ -147,12 +148,13 @@ def fmt_cmd(
         try:
             src = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            typer.echo(render_text([error("Failed to read file", f"{path}: {exc}")]), err=True)
+            typer.echo(escape_control(render_text([error("Failed to read file", f"{path}: {exc}")]), keep="\n\t"),
+                       err=True)
             invalid = True
             continue
         out, diags = format_source(src, str(path))
         if out is None:
-            typer.echo(render_text(diags, {str(path): src}), err=True)
+            typer.echo(escape_control(render_text(diags, {str(path): src}), keep="\n\t"), err=True)
             invalid = True
             continue
         if out == src:

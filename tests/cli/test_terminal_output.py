@@ -230,3 +230,26 @@ def test_a_real_service_never_echoes_a_jobs_escape_sequences(tmp_path: Any) -> N
         assert "$'arg\\e]0;pwned\\a\\e[2J'" in s.cli("status", job).stdout
     finally:
         assert s.stop() == 0
+
+
+def test_plan_apply_and_state_escape_names_from_the_spec_and_backend(tmp_path: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    host = f"evil{ESC_TITLE}"
+    fleet = tmp_path / "fleet.json"
+    init = CliRunner().invoke(app, ["inventory", "init", "--nodes", "1x2xH100-80GB", "--out", str(fleet)])
+    assert init.exit_code == 0, init.output
+    doc = json.loads(fleet.read_text())
+    doc["nodes"][0]["hostname"] = host
+    fleet.write_text(json.dumps(doc))
+    spec = tmp_path / "pool.hcl"
+    spec.write_text(f'pool "p" {{\n  gpu_model = "H100-80GB"\n  capacity  = "on_prem"\n  nodes     = ["{host}"]\n}}\n')
+    monkeypatch.chdir(tmp_path)
+    backend = ["--backend", f"sim:{fleet}"]
+    for args in (["plan", "pool.hcl", *backend], ["apply", "pool.hcl", "--auto-approve", "--no-serve", *backend],
+                 ["state", "list"], ["state", "show", f"node.{host}"]):
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, (args, out.output)
+        _assert_clean(out.output)
+        assert "evil\\e]0;pwned\\a" in out.output, (args, out.output)
