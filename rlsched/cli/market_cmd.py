@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from rlsched.cli.app import market_app
@@ -21,6 +20,7 @@ from rlsched.market.canonical import (
     write_prices,
 )
 from rlsched.market.sources import ConversionMeta, convert_aws, convert_azure, convert_gcp
+from rlsched.report.terminal import cell, output_console
 
 
 class Source(str, Enum):
@@ -94,13 +94,14 @@ def show(
             series[key][0].append(pr.time_s)
             series[key][1].append(pr.usd_per_gpu_hour)
         unit, title = "USD/GPU-h", f"prices: {file}"
-    table = Table(title=title)
+    table = Table(title=cell(title))
     for col in ("key", "rows", "span (d)", f"min {unit}", f"median {unit}", f"max {unit}"):
         table.add_column(col, justify="left" if col == "key" else "right")
     for key, (ts, vs) in sorted(series.items()):
-        table.add_row(key, str(len(vs)), f"{(max(ts) - min(ts)) / 86400:.1f}", f"{min(vs):.4g}",
+        # keys are a CSV's model and region names: shown escaped
+        table.add_row(cell(key), str(len(vs)), f"{(max(ts) - min(ts)) / 86400:.1f}", f"{min(vs):.4g}",
                       f"{statistics.median(vs):.4g}", f"{max(vs):.4g}")
-    Console().print(table)
+    output_console().print(table)
     if plot is not None:
         _plot(series, unit, title, plot)
         typer.echo(f"plot -> {plot}")
