@@ -12,6 +12,7 @@ a decision that :mod:`rlsched.cluster.feasibility` accepted, applied through
 from __future__ import annotations
 
 import uuid as _uuid
+from bisect import bisect_right
 from dataclasses import dataclass
 from enum import Enum
 
@@ -348,6 +349,10 @@ class MarketQuote:
     reclaim_rate_per_hour: float = 0.0
 
 
+def _submit_time(run: JobRun) -> float:
+    return run.job.submit_time
+
+
 def queue_shape(job: Job) -> tuple[object, ...]:
     """Jobs with equal keys fit in exactly the same places (request shape, host needs, spot eligibility)."""
     return (*job.shape, job.cpus, job.mem_mib, job.preemptible)
@@ -436,11 +441,17 @@ class ClusterState:
         by_key = self.queue_by_estimate_key.setdefault(estimate_key(run.job), {})
         for d in (self.queue, level, by_key):
             last = next(reversed(d.values()), None) if d else None
-            d[jid] = run
-            if last is not None and last.job.submit_time > st:
-                items = sorted(d.values(), key=lambda r: r.job.submit_time)
-                d.clear()
-                d.update((r.job.job_id, r) for r in items)
+            if last is None or last.job.submit_time <= st:
+                d[jid] = run
+                continue
+            # Re-entering behind later submissions: after every job submitted at or before it (where
+            # a stable sort would put it), found by bisection; the dict is rebuilt once, in C.
+            keys, vals = list(d), list(d.values())
+            pos = bisect_right(vals, st, key=_submit_time)
+            keys.insert(pos, jid)
+            vals.insert(pos, run)
+            d.clear()
+            d.update(zip(keys, vals, strict=True))
         key = run.shape
         self.queue_shapes[key] = self.queue_shapes.get(key, 0) + 1
 

@@ -67,7 +67,7 @@ DEFAULT_PROMOTE_KNOB = 0.0
 _EPS = 1e-6
 
 # A victim's rank: larger = lower priority = preempted first.
-_Rank = tuple[int, float]
+_Rank = tuple[int, float, str]
 
 
 @register("tiresias", "Tiresias 2D-LAS: least attained GPU-time first in discretised queues, starvation promotion, "
@@ -126,10 +126,20 @@ class Tiresias(QueueHeuristic):
         self._promo: list[tuple[float, str, int]] = []  # when returned jobs below queue 0 get promoted
         self._wake_at = -math.inf
         self._stray = False  # a job ran and stopped between two decision points unseen (see _walk)
+        self._whole_only = False  # every pool exclusive (set by reset)
+        self._by_node: dict[str, list[tuple[str, int]]] = {}  # this pass: node -> candidates, lowest priority first
+        self._ranked: list[str] | None = None  # this pass: every candidate, lowest priority first
 
     def reset(self, state: ClusterState) -> None:
         super().reset(state)
         self._reset_memory()
+        self._whole_only = all(p.spec.sharing is Sharing.EXCLUSIVE for p in state.pools.values())
+
+    def _can_place(self, state: ClusterState) -> bool:
+        """Whether any GPU, instance or replica is free (a free-GPU count per node when every pool is exclusive)."""
+        if self._whole_only:
+            return any(n.free_whole > 0 and n.status is NodeStatus.READY for n in state.nodes.values())
+        return has_free_capacity(state)
 
     # ------------------------------------------------------------------ levels
     def attained(self, state: ClusterState, run: JobRun) -> float:
@@ -213,13 +223,13 @@ class Tiresias(QueueHeuristic):
         """Reconcile the memory with the state: starts, stops, demotions and due promotions."""
         running = state.running
         if self._running.keys() != running.keys():
-            for jid in self._running.keys() - running.keys():
+            for jid in sorted(self._running.keys() - running.keys()):  # sorted: set order follows string hashing
                 run = self._untrack_running(jid)
                 if run.state is RunState.QUEUED:
                     self._add_returned(state, run)
                 else:
                     self._forget(jid)
-            for jid in running.keys() - self._running.keys():
+            for jid in sorted(running.keys() - self._running.keys()):
                 self._remove_returned(jid)
                 self._track_running(state, running[jid])
         now = state.time
@@ -294,8 +304,8 @@ class Tiresias(QueueHeuristic):
         now = state.time
         self._sync(state)
         self._stray = False
-        count = self._count
-        max_level = max((lvl for lvl in range(len(count)) if count[lvl] > 0), default=-1) if self.preempt else -1
+        left = list(self._count)  # candidate victims per queue, less those suspended in this pass
+        max_level = max((lvl for lvl in range(len(left)) if left[lvl] > 0), default=-1) if self.preempt else -1
         gone: set[str] = set()
         scale_now = self._elastic and now >= self._next_scale
         cap = max(self.scale_scan if scale_now else 0, 8 if self._mig else 0)
@@ -303,7 +313,9 @@ class Tiresias(QueueHeuristic):
         no_room: set[tuple[object, ...]] = set()
         blocked: list[JobRun] = []
         n_shapes = len(state.queue_shapes)
-        can_place = has_free_capacity(state)
+        can_place = self._can_place(state)
+        self._by_node = {}
+        self._ranked = None
         for lvl, run in self._walk(state):
             job = run.job
             if job.job_id not in state.queue:
@@ -322,11 +334,14 @@ class Tiresias(QueueHeuristic):
                 else:
                     for v in chosen:
                         gone.add(v.job.job_id)
+                        left[self._level[v.job.job_id]] -= 1
                         yield Preempt(v.job.job_id, reason=f"tiresias: preempted for {job.job_id}", checkpoint=True)
+                    while max_level >= 0 and left[max_level] == 0:
+                        max_level -= 1
                     placement = self.choose(state, run)
                     if placement is not None:
                         yield Place(job.job_id, placement)
-                        if has_free_capacity(state):  # a victim left GPUs over: shapes may fit again
+                        if self._can_place(state):  # a victim left GPUs over: shapes may fit again
                             can_place = True
                             failed.clear()
                         continue
@@ -354,18 +369,19 @@ class Tiresias(QueueHeuristic):
 
     # ------------------------------------------------------------------ preemption
     def _rank(self, jid: str) -> _Rank:
-        """Larger = lower priority = preempted first: higher queue, then later submission."""
-        return (self._level[jid], -self._running[jid].job.submit_time)
+        """Larger = lower priority = preempted first: higher queue, then later submission (then job id)."""
+        return (self._level[jid], -self._running[jid].job.submit_time, jid)
 
     def _eligible_on(self, node_id: str, level: int, gone: set[str]) -> list[tuple[str, int]]:
         """``(job, GPUs on the node)`` of the node's candidates below ``level``, lowest priority first."""
-        held = self._on_node.get(node_id)
-        if not held:
-            return []
+        ranked = self._by_node.get(node_id)
+        if ranked is None:
+            held = self._on_node.get(node_id)
+            if not held:
+                return []
+            ranked = self._by_node[node_id] = sorted(held.items(), key=lambda p: self._rank(p[0]), reverse=True)
         lv = self._level
-        out = [(j, n) for j, n in held.items() if lv[j] > level and j not in gone]
-        out.sort(key=lambda p: self._rank(p[0]), reverse=True)
-        return out
+        return [(j, n) for j, n in ranked if lv[j] > level and j not in gone]
 
     def _key(self, chosen: list[str]) -> tuple[float, ...]:
         top = min(self._rank(j) for j in chosen)
@@ -377,6 +393,8 @@ class Tiresias(QueueHeuristic):
         node = state.nodes[node_id]
         if not node.ready:
             return -1
+        if not node.free_whole:
+            return 0
         now = state.time
         return sum(1 for g in node.gpus if not g.holders and g.healthy and g.busy_until <= now)
 
@@ -392,17 +410,70 @@ class Tiresias(QueueHeuristic):
             spec = pool.spec
             if spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
                 continue
-            if job.num_gpus > spec.gpus_per_node:
-                found = self._gang_room(state, pool, run, level, gone)
-                rooms = [found] if found else []
-            else:  # a room that needs no victim means placement failed for another reason: skip it
-                found_all = (self._node_room(state, nid, job.num_gpus, level, run, gone) for nid in pool.nodes)
-                rooms = [r for r in found_all if r]
-            for chosen in rooms:
-                key = self._key(chosen)
+            if job.num_gpus <= spec.gpus_per_node:
+                fits = self._single_room(state, run, level, gone)
+                return None if fits is None else [self._running[j] for j in fits]
+            found = self._gang_room(state, pool, run, level, gone)
+            if found:
+                key = self._key(found)
                 if best is None or key < best[0]:
-                    best = (key, chosen)
+                    best = (key, found)
         return None if best is None else [self._running[j] for j in best[1]]
+
+    def _single_room(self, state: ClusterState, run: JobRun, level: int, gone: set[str]) -> list[str] | None:
+        """Victims on one node for a job that fits a node: the room whose most important victim is least important.
+
+        Walks the candidates lowest priority first, counting the GPUs each would free on
+        each node of a pool the job may use; the first node where free plus freed GPUs
+        cover the request is that room. Its victims are the one that completed it plus,
+        lowest priority first, as many of the node's earlier ones as still needed.
+        """
+        job = run.job
+        need = job.num_gpus
+        pools = {name for name, p in state.pools.items()
+                 if p.spec.sharing is Sharing.EXCLUSIVE and fits_pool_spec(job, p.spec)}
+        if not pools:
+            return None
+        if self._ranked is None:
+            self._ranked = sorted(self._victimish, key=self._rank, reverse=True)
+        free: dict[str, int] = {}
+        freed: dict[str, list[tuple[str, int]]] = {}
+        lv = self._level
+        for jid in self._ranked:
+            if lv[jid] <= level:
+                break  # the rest are as important as the job or more
+            if jid in gone:
+                continue
+            pl = self._running[jid].placement
+            if pl is None:
+                continue
+            per_node: dict[str, int] = {}
+            for node_id, _ in pl.gpus:
+                per_node[node_id] = per_node.get(node_id, 0) + 1
+            for node_id, n in per_node.items():
+                node = state.nodes[node_id]
+                if node.pool not in pools:
+                    continue
+                f = free.get(node_id)
+                if f is None:
+                    f = self._open_free(state, node_id)
+                    if f >= 0 and ((node.cpus and job.cpus > node.free_cpus)
+                                   or (node.mem_mib and job.mem_mib > node.free_mem)):
+                        f = -1  # lacks the CPU or memory the job asks for (victims' are not counted)
+                    free[node_id] = f
+                if f < 0:
+                    continue
+                here = freed.setdefault(node_id, [])
+                here.append((jid, n))
+                if f + sum(k for _, k in here) >= need:
+                    chosen, got = [jid], f + n
+                    for other, k in here[:-1]:
+                        if got >= need:
+                            break
+                        chosen.append(other)
+                        got += k
+                    return chosen
+        return None
 
     def _node_room(self, state: ClusterState, node_id: str, need: int, level: int, run: JobRun, gone: set[str],
                    already: frozenset[str] = frozenset()) -> list[str] | None:
@@ -464,7 +535,7 @@ class Tiresias(QueueHeuristic):
             if sum(n for _, n in eligible) != size - free or len(nd.jobs) != len(eligible):
                 continue
             victims = [j for j, _ in eligible]
-            top = min((self._rank(j) for j in victims), default=(len(self._count), 0.0))
+            top = min((self._rank(j) for j in victims), default=(len(self._count), 0.0, ""))
             emptiable.append(((-top[0], -top[1], float(size - free), float(idx)), nid, victims))
         if len(emptiable) < full:
             return None

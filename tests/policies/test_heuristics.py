@@ -268,6 +268,37 @@ def test_tiresias_promotes_a_starving_job_back_to_the_first_queue() -> None:
     assert r.jobs_completed == 2 and r.preemptions > 2
 
 
+_TIRESIAS_TIES = """
+import sys
+sys.path.insert(0, {tests!r})
+from sim.helpers import job, pool
+from rlsched.policies import make_policy
+from rlsched.sim.engine import Engine
+jobs = [job(f"L{{i}}", 0, 5_000, n=1 + i % 3, preemptible=True) for i in range(12)]
+jobs += [job(f"s{{i}}", 100 + 50 * (i // 4), 30 + i, n=1 + i % 2) for i in range(16)]
+e = Engine([pool("p", nodes=4, gpus=4)], jobs)
+e.run(make_policy("tiresias", thresholds=(50.0, 500.0)))
+print(sorted((r.job.job_id, r.first_start, r.finish_time, r.preemptions) for r in e.runs.values()))
+"""
+
+
+def test_tiresias_does_not_depend_on_string_hashing() -> None:
+    # Equal submissions tie on rank; the victims and their order must not follow the hash seed.
+    import os
+    import subprocess
+    import sys
+
+    code = _TIRESIAS_TIES.format(tests=str(Path(__file__).resolve().parents[1]))
+    outs = set()
+    for seed in ("0", "1", "2"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert proc.returncode == 0, proc.stderr
+        outs.add(proc.stdout)
+    assert len(outs) == 1, outs
+    assert ", 1)" in next(iter(outs))  # something was preempted
+
+
 @pytest.mark.parametrize("params", [{"thresholds": (-1.0,)}, {"thresholds": (10.0, 10.0)},
                                     {"promote_knob": -1.0}, {"thresholds": ("x",)}])
 def test_tiresias_refuses_bad_parameters_in_one_line(params: dict[str, object]) -> None:
