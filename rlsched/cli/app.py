@@ -40,7 +40,8 @@ def section_of(name: str, cmd: Any) -> str:
 
 
 class SectionedGroup(TyperGroup):
-    """A command group whose help lists commands in sections, with untruncated one-line summaries."""
+    """A command group whose help lists commands in sections, with untruncated one-line summaries (a
+    sub-group such as ``trace`` lists its commands under one "Commands" heading)."""
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         sections: dict[str, list[tuple[str, str]]] = {s: [] for s in HELP_SECTIONS}
@@ -50,10 +51,13 @@ class SectionedGroup(TyperGroup):
                 continue
             sections.setdefault(section_of(name, cmd), []).append(
                 (name, cmd.get_short_help_str(_SHORT_HELP_LIMIT)))
+        if set(sections) - set(HELP_SECTIONS) == {OTHER_SECTION} and not any(sections[s] for s in HELP_SECTIONS):
+            sections = {"Commands": sections[OTHER_SECTION]}  # a sub-group (trace, models...): one plain list
         for title, rows in sections.items():
             if rows:
                 order = HELP_SECTIONS.get(title, ())
-                rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0]))
+                # the order of HELP_SECTIONS, then the order of registration (sort is stable)
+                rows.sort(key=lambda r: order.index(r[0]) if r[0] in order else len(order))
                 with formatter.section(title):
                     formatter.write_dl(rows)
 
@@ -67,9 +71,9 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
 )
-trace_app = typer.Typer(rich_markup_mode=None,
+trace_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
                    help="Read and convert job traces.", no_args_is_help=True)
-market_app = typer.Typer(rich_markup_mode=None,
+market_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
                    help="Read and convert spot/on-demand market data.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 app.add_typer(market_app, name="market")

@@ -16,12 +16,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rlsched.cli.app import app
+from rlsched.cli.app import SectionedGroup, app
 from rlsched.errors import RlschedError
 from rlsched.report.terminal import cell, output_console
 from rlsched.runtime.backend import GpuInfo, NodeInfo
 
-inventory_app = typer.Typer(rich_markup_mode=None,
+inventory_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
                    help="Create and inspect GPU inventories (simulated fleets or this machine).",
                             no_args_is_help=True)
 app.add_typer(inventory_app, name="inventory")

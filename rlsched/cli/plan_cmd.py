@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from rlsched.cli.app import app
+from rlsched.cli.app import SectionedGroup, app
 from rlsched.errors import RlschedError
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rlsched.runtime.backend import GpuBackend
     from rlsched.spec.model import Diagnostic, Spec
 
-state_app = typer.Typer(rich_markup_mode=None,
+state_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
                    help="Inspect rlsched state.", no_args_is_help=True)
 app.add_typer(state_app, name="state")
 

@@ -21,11 +21,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from rlsched.cli.app import app
+from rlsched.cli.app import SectionedGroup, app
 from rlsched.cli.train_cmd import mlflow_log_level
 from rlsched.report.terminal import cell, fit_columns, output_console
 
-models_app = typer.Typer(rich_markup_mode=None,
+models_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
                    help="The MLflow model registry of trained policies.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 

@@ -38,9 +38,14 @@ def test_every_command_is_in_a_named_section_of_the_help() -> None:
     assert sorted(listed) == sorted(TOP), "the command list must name every command exactly once"
 
 
-def test_short_help_is_never_truncated() -> None:
+@pytest.mark.parametrize("group", ["", "trace", "market", "inventory", "state", "models"])
+def test_command_lists_are_never_truncated(group: str) -> None:
+    out = CliRunner().invoke(app, [*group.split(), "--help"], terminal_width=80).output
+    assert "..." not in out.split("\n", 1)[1], out  # the usage line has COMMAND [ARGS]...
+
+
+def test_short_help_is_whole() -> None:
     out = CliRunner().invoke(app, ["--help"], terminal_width=100).output
-    assert "..." not in out.split("\n", 1)[1]  # the usage line has COMMAND [ARGS]...
     for name, cmd in TOP.items():
         first = (cmd.help or "").strip().split("\n\n")[0].split(". ")[0]
         assert " ".join(first.split()[:3]) in " ".join(out.split()), name
