@@ -262,6 +262,8 @@ class SchedulerService:
         self._last_tick: float | None = None
         self.recovered: dict[str, int] = {"adopted": 0, "finished": 0, "requeued": 0, "mig_intents": 0}
         self._thread: threading.Thread | None = None
+        #: the history retention sweeper (see :meth:`prune_history`), while the loop runs.
+        self._retention: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         #: one loop iteration at a time (a test may tick while the loop thread runs).
@@ -394,7 +396,9 @@ class SchedulerService:
             self._thread = threading.Thread(target=self._loop, name="rlsched-scheduler", daemon=True)
             self._thread.start()
             if self.config.history_max_age_s is not None or self.config.history_max_jobs is not None:
-                threading.Thread(target=self._retention_loop, name="rlsched-retention", daemon=True).start()
+                self._retention = threading.Thread(target=self._retention_loop, name="rlsched-retention",
+                                                   daemon=True)
+                self._retention.start()
 
     # ================================================================== retention
     def _retention_loop(self) -> None:
@@ -445,7 +449,7 @@ class SchedulerService:
             removed += len(batch)
             time.sleep(RETENTION_PAUSE_S)
         if before is not None:
-            while True:
+            while not (background and self._stop.is_set()):
                 n = self.store.prune_decisions(before, limit=RETENTION_BATCH)
                 decisions += n
                 if n < RETENTION_BATCH:
@@ -470,10 +474,10 @@ class SchedulerService:
         """Stop the loop; job processes keep running (a restarted service adopts them)."""
         self._stop.set()
         self._wake.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout)
-        self._thread = None
+        for t in (self._thread, self._retention):
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout)
+        self._thread = self._retention = None
 
     def close(self) -> None:
         """Stop the loop and close the store (job processes keep running)."""
