@@ -11,12 +11,6 @@ variable "spot_max_nodes" {
   default = 8
 }
 
-variable "max_spot_price" {
-  type        = number
-  default     = 2.10
-  description = "Highest price per GPU-hour we accept for spot capacity."
-}
-
 locals {
   prefix = "rl-${var.region}"
   teams = {
@@ -46,10 +40,10 @@ pool "spot" {
   min_nodes    = 0
   max_nodes    = var.spot_max_nodes
 
+  # a reclaimed job is checkpointed and requeued; a price cap and a named fallback pool
+  # are not supported yet (README, "Pool specs")
   spot_market {
-    max_price_per_gpu_hour = var.max_spot_price
-    on_preemption          = "checkpoint_and_requeue"
-    fallback_pool          = pool.ondemand
+    on_preemption = "checkpoint_and_requeue"
   }
   disruption {
     drain_timeout   = "2m"
@@ -83,6 +77,5 @@ policy "default" {
 
   health {
     max_decision_latency = "50ms"
-    min_success_rate     = 0.95
   }
 }

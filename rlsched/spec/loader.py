@@ -690,6 +690,18 @@ class _Loader:
                 min_on_demand=sb.field(sv, "min_on_demand", _integer(0), 0))
             if spot.fallback_pool is not None:
                 vals["__fallback_pool"] = (spot.fallback_pool, sv["fallback_pool"][1])
+            _not_supported(sb, "max_price_per_gpu_hour", True,
+                           "neither the simulator nor the live service caps the price it pays for spot capacity "
+                           "(the simulator pays the market price)")
+            _not_supported(sb, "fallback_pool", True,
+                           "nothing moves work to a named pool when spot capacity is reclaimed (the spot-fallback "
+                           "scheduler falls back to any on-demand pool on its own)")
+            _not_supported(sb, "on_preemption", spot.on_preemption != "checkpoint_and_requeue",
+                           "a job whose spot node is reclaimed is always checkpointed and requeued "
+                           '("checkpoint_and_requeue", the default); "requeue" and "fail" are not implemented')
+            _not_supported(sb, "min_on_demand", spot.min_on_demand > 0,
+                           "nothing keeps a number of on-demand nodes beside a spot pool; set min_nodes on the "
+                           "on-demand pool instead")
             blk.ok = blk.ok and sb.ok
         disruption = DisruptionDecl()
         if "disruption" in nested:
@@ -706,6 +718,9 @@ class _Loader:
             lb.blocks(())
             lifecycle = LifecycleDecl(lb.field(lv, "prevent_destroy", _boolean, False),
                                       lb.field(lv, "create_before_destroy", _boolean, False))
+            _not_supported(lb, "create_before_destroy", lifecycle.create_before_destroy,
+                           "apply always drains a node before it reconfigures or releases it; bringing replacement "
+                           "capacity up first is not implemented")
             blk.ok = blk.ok and lb.ok
         if not model:
             return None
@@ -770,6 +785,9 @@ class _Loader:
             hb.blocks(())
             health = HealthDecl(hb.field(hv, "max_decision_latency", _duration, 0.05),
                                 hb.field(hv, "min_success_rate", _number(0, 1), 0.95))
+            _not_supported(hb, "min_success_rate", True,
+                           "the service's fallback guard switches to the fallback on failed, illegal or slow "
+                           "decisions (max_decision_latency), not on a success rate")
             blk.ok = blk.ok and hb.ok
         if scheduler == "rl" and not model:
             blk.fail(error("Missing required argument", 'scheduler = "rl" needs model = "<path or URI of the '
@@ -837,6 +855,18 @@ class _Loader:
                     self.diags.append(error("Invalid quota", f'"{prof}" is not a MIG profile of {model.name} '
                                             f"(pool.{q.pool})." + did_you_mean(prof, [p.name for p in
                                                                                      model.mig_profiles]), qrng))
+
+
+def _not_supported(blk: _Block, name: str, used: bool, why: str) -> None:
+    """Reject a setting the schema knows but nothing implements yet: accepting it would be a
+    promise the simulator and the service do not keep. ``used`` says whether the value set asks
+    for the unimplemented behaviour (an explicit default that matches what happens is fine)."""
+    attr = blk.block.body.attributes.get(name)
+    if attr is None or not used:
+        return
+    blk.fail(error("Setting not supported yet",
+                   f"{name} in {blk.what} is not supported yet: {why}. Remove it; README (\"Pool specs\") lists "
+                   "what is implemented.", attr.name_rng))
 
 
 def _gpus(v: Any) -> Any:

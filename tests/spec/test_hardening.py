@@ -269,3 +269,64 @@ def test_mig_layout_errors_come_with_every_other_error(tmp_path: Path, layout_ex
     summaries = [d.summary for d in diags]
     assert summaries.count("Invalid MIG layout") == 1 and "Node in two pools" in summaries, summaries
     assert sorted(s for s in summaries if s not in ("Invalid MIG layout", "Node in two pools")) == others
+
+
+# --- settings nothing implements are rejected, not silently accepted (issue 17 item 14) -----
+
+_SPOT = '''pool "od" {
+  gpu_model  = "H100"
+  capacity   = "on_demand"
+  node_count = 1
+}
+pool "spot" {
+  gpu_model  = "H100"
+  capacity   = "spot"
+  node_count = 2
+  spot_market {
+    %s
+  }
+  lifecycle {
+    %s
+  }
+}
+policy "p" {
+  scheduler = "fifo"
+  health {
+    %s
+  }
+}
+'''
+
+
+@pytest.mark.parametrize(("spot", "lifecycle", "health", "rejected"), [
+    ("max_price_per_gpu_hour = 2.1", "", "", "max_price_per_gpu_hour"),
+    ("fallback_pool = pool.od", "", "", "fallback_pool"),
+    ('on_preemption = "requeue"', "", "", "on_preemption"),
+    ('on_preemption = "fail"', "", "", "on_preemption"),
+    ("min_on_demand = 1", "", "", "min_on_demand"),
+    ("", "create_before_destroy = true", "", "create_before_destroy"),
+    ("", "", "min_success_rate = 0.9", "min_success_rate"),
+])
+def test_unimplemented_settings_are_rejected_where_written(tmp_path: Path, spot: str, lifecycle: str, health: str,
+                                                           rejected: str) -> None:
+    diags = errors(tmp_path, _SPOT % (spot, lifecycle, health))
+    assert [d.summary for d in diags] == ["Setting not supported yet"]
+    assert rejected in diags[0].detail and "not supported yet" in diags[0].detail
+    line = next(i for i, text in enumerate((_SPOT % (spot, lifecycle, health)).splitlines(), 1) if rejected in text)
+    assert diags[0].range is not None and diags[0].range.line == line
+
+
+def test_settings_matching_what_happens_are_accepted(tmp_path: Path) -> None:
+    spec = load(tmp_path, _SPOT % ('on_preemption = "checkpoint_and_requeue"\n    min_on_demand = 0',
+                                   "create_before_destroy = false\n    prevent_destroy = true",
+                                   'max_decision_latency = "20ms"'))
+    assert spec.pools["spot"].spot_market is not None
+    assert spec.policies["p"].health.max_decision_latency_s == 0.02
+
+
+def test_hcl_md_example_as_written_names_every_unsupported_setting(tmp_path: Path) -> None:
+    from tests.spec.conftest import NOT_SUPPORTED_YET, hcl_md_example_as_written
+
+    diags = errors(tmp_path, hcl_md_example_as_written())
+    assert {d.summary for d in diags} == {"Setting not supported yet"}
+    assert sorted(d.detail.split(" ")[0] for d in diags) == sorted(NOT_SUPPORTED_YET)

@@ -27,7 +27,7 @@ def test_hcl_md_example_loads(tmp_path: Path) -> None:
     assert train.display_name == "rl-us-east-train"
     assert train.lifecycle.prevent_destroy and train.disruption.drain_timeout_s == 900
     assert rollout.mig_layout == "balanced" and rollout.spot_market is not None
-    assert rollout.spot_market.fallback_pool == "train" and rollout.spot_market.max_price_per_gpu_hour == 2.1
+    assert rollout.spot_market.on_preemption == "checkpoint_and_requeue"
     assert spec.layouts["balanced"].devices == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     assert spec.quotas["team_rl"].pool == "rollout" and spec.quotas["team_rl"].max_slices["3g.40gb"] == 2
     policy = spec.policies["default"]
