@@ -27,10 +27,12 @@ Examples: ``12x8xA100-80GB``, ``spot:0-32x8xH100-80GB``,
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Sequence
 
-from rlsched.cluster.catalog import gpu_model
-from rlsched.cluster.feasibility import resolve_layout
+from rlsched.cluster.catalog import GpuModel, gpu_model
+from rlsched.cluster.feasibility import named_layouts, resolve_layout
 from rlsched.cluster.model import GangMode, PoolKind, PoolSpec, Sharing
 from rlsched.errors import ClusterSpecError, RlschedError
 
@@ -39,6 +41,25 @@ _GROUP = re.compile(
 )
 _KINDS = {"onprem": PoolKind.ONPREM, "on_prem": PoolKind.ONPREM, "spot": PoolKind.SPOT,
           "ondemand": PoolKind.ONDEMAND, "on_demand": PoolKind.ONDEMAND}
+
+
+def resolve_layout_text(model: GpuModel, text: str) -> tuple[str, ...]:
+    """:func:`resolve_layout` for a layout typed by a user: a misspelt layout name gets a did-you-mean.
+
+    ``balancd`` is not a MIG profile either, so without this the error would list the
+    profiles and never mention the named layout the user meant.
+    """
+    try:
+        return resolve_layout(model, text)
+    except RlschedError as exc:
+        if "+" in text or "," in text:
+            raise
+        names: Sequence[str] = list(named_layouts(model))
+        close = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+        if not close:
+            raise
+        raise type(exc)(f"{text!r} is neither a named MIG layout ({', '.join(named_layouts(model))}) nor a MIG "
+                        f"profile of {model.name}. Did you mean {close[0]!r}?") from None
 
 
 def parse_cluster(spec: str) -> list[PoolSpec]:
@@ -89,7 +110,7 @@ def _parse_group(group: str, names: dict[str, int]) -> PoolSpec:
         try:
             if key == "mig":
                 sharing = Sharing.MIG
-                layout = resolve_layout(model, val or "balanced")
+                layout = resolve_layout_text(model, val or "balanced")
             elif key == "ts":
                 sharing, replicas = Sharing.TIMESLICE, int(val)
                 if replicas < 1:

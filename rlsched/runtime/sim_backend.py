@@ -102,7 +102,8 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.cluster.catalog import gpu_model, resolve_model_name
-from rlsched.cluster.feasibility import pack_layout, resolve_layout
+from rlsched.cluster.feasibility import pack_layout
+from rlsched.cluster.spec import resolve_layout_text
 from rlsched.errors import RlschedError
 from rlsched.runtime.backend import (
     BackendError,
@@ -783,7 +784,7 @@ def build_fleet(spec: str, mig: str | None = None, hostname_prefix: str = "gpu")
         names: tuple[str, ...] | None = None
         if layout_name and layout_name != "disabled" and model.mig_capable:
             try:
-                names = resolve_layout(model, layout_name)
+                names = resolve_layout_text(model, layout_name)
             except RlschedError as exc:
                 raise BackendError(f"--mig {layout_name}: {exc}") from None
             placed = pack_layout(model, names)

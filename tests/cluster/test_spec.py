@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rlsched.cluster.catalog import gpu_model
 from rlsched.cluster.feasibility import pack_layout
 from rlsched.cluster.model import PoolKind, Sharing
 from rlsched.cluster.spec import format_cluster, parse_cluster
-from rlsched.errors import ClusterSpecError
+from rlsched.errors import ClusterSpecError, RlschedError
+from rlsched.runtime.sim_backend import build_fleet
 
 
 def test_onprem_pool() -> None:
@@ -135,3 +138,14 @@ def test_bad_groups_name_the_group(spec: str, bad_group: str, why: str) -> None:
 def test_empty_spec(spec: str) -> None:
     with pytest.raises(ClusterSpecError, match="empty"):
         parse_cluster(spec)
+
+
+@pytest.mark.parametrize(("text", "meant"), [("balancd", "balanced"), ("all1g", "all-1g"), ("mixed-43", "mixed-4-3"),
+                                             ("all-7", "all-7g")])
+def test_misspelt_mig_layout_gets_a_did_you_mean(text: str, meant: str) -> None:
+    """Issue 22 item 10: a named layout typo used to list only the MIG profiles."""
+    with pytest.raises(ClusterSpecError, match=f"Did you mean '{re.escape(meant)}'") as info:
+        parse_cluster(f"2x8xA100-80GB/mig={text}")
+    assert "balanced" in str(info.value) and "cluster spec group 1" in str(info.value)
+    with pytest.raises(RlschedError, match=f"Did you mean '{re.escape(meant)}'"):
+        build_fleet("1x8xH100-80GB", mig=text)
