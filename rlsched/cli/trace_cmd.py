@@ -165,7 +165,7 @@ def generate_cmd(
     """Draw a synthetic trace from a workload family (heavy tails, gangs, bursts, backlogs, MIG shares).
 
     The trace is written as canonical CSV; the family's fleet is printed as a
-    ``--cluster`` string to simulate it on.
+    --cluster string to simulate it on.
     """
     from rlsched.workload.generator import FAMILIES, GeneratorError, family, generate, with_overrides
 
