@@ -6,9 +6,14 @@ so adopting rlsched starts from what is running (``shared/docs/HCL.md`` s. 2, 5,
 
 * **HCL**: one ``mig_layout`` block per distinct MIG layout (counts only,
   mig-parted vocabulary ``{ "<profile>" = count }``) and one ``pool`` per
-  (GPU model, MIG layout, capacity) group listing its nodes, with ``mig =
+  (GPU model, MIG layout, capacity, GPUs) group listing its nodes, with ``mig =
   "disabled"`` or ``mig_layout = mig_layout.<name>``. Only declared attributes are
-  exported (HCL.md s. 1.4): no processes, health or utilisation.
+  exported (HCL.md s. 1.4): no processes, health or utilisation. A node whose GPUs
+  are configured differently is exported as a partial-GPU pool (``gpus = [0, 1]``)
+  holding its largest group of alike GPUs (ties: the group of the lowest index):
+  a node belongs to one pool, and plan leaves the GPUs outside ``gpus`` alone, so
+  the export still plans to no change. The GPUs left out are named in a comment
+  and a warning.
 * **mig-parted**: ``version: v1`` and ``mig-configs`` with one label per distinct
   node configuration; a label is shared by every node configured alike, like
   mig-parted's ``all-1g.10gb`` or ``all-balanced``. Where one label means
@@ -18,8 +23,7 @@ so adopting rlsched starts from what is running (``shared/docs/HCL.md`` s. 2, 5,
   value of k8s-mig-manager's ``nvidia.com/mig.config``).
 
 Nodes that cannot be exported faithfully are left out with a comment and a
-warning: unreachable nodes (their layout is unknown), nodes without GPUs, and for
-HCL nodes whose GPUs differ from each other (a pool holds a node whole).
+warning: unreachable nodes (their layout is unknown) and nodes without GPUs.
 """
 
 from __future__ import annotations
@@ -96,6 +100,23 @@ def _named_layout(model: str, counts: Counts) -> str | None:
     return None
 
 
+def _describe(g: GpuInfo) -> str:
+    return f"{g.name} MIG {'/'.join(f'{c}x{p}' for p, c in _counts(g)) if g.mig_current else 'off'}"
+
+
+def _partial(node: NodeInfo) -> tuple[tuple[int, ...] | None, list[GpuInfo], list[GpuInfo]]:
+    """``(indices, kept, left_out)``: ``indices`` None when every GPU of the node is alike."""
+    by_key: dict[tuple[str, str, bool, Counts], list[GpuInfo]] = {}
+    for g in sorted(node.gpus, key=lambda g: g.index):
+        by_key.setdefault(_gpu_key(g), []).append(g)
+    if len(by_key) == 1:
+        return None, list(node.gpus), []
+    # the largest group; among equals, the one holding the lowest GPU index (dicts keep that order)
+    kept = max(by_key.values(), key=len)
+    left = sorted((g for g in node.gpus if g not in kept), key=lambda g: g.index)
+    return tuple(g.index for g in kept), kept, left
+
+
 def _skip_reason(node: NodeInfo) -> str | None:
     if not node.reachable:
         return "unreachable at export; its GPUs are unknown"
@@ -144,25 +165,27 @@ def export_hcl(nodes: Sequence[NodeInfo], source: str = "") -> ExportResult:
     """
     result = ExportResult(text="")
     skipped: list[str] = []
-    # (name, model, mig_on, counts, capacity) -> hostnames
-    groups: dict[tuple[str, str, bool, Counts, str], list[str]] = {}
-    notes: dict[tuple[str, str, bool, Counts, str], list[str]] = {}
+    # (name, model, mig_on, counts, capacity, GPU indices or None for all) -> hostnames
+    groups: dict[tuple[str, str, bool, Counts, str, tuple[int, ...] | None], list[str]] = {}
+    notes: dict[tuple[str, str, bool, Counts, str, tuple[int, ...] | None], list[str]] = {}
     for node in sorted(nodes, key=lambda n: n.hostname):
         reason = _skip_reason(node)
-        if reason is None and len({_gpu_key(g) for g in node.gpus}) > 1:
-            parts = sorted({f"{g.name} MIG {'/'.join(f'{c}x{p}' for p, c in _counts(g)) if g.mig_current else 'off'}"
-                            for g in node.gpus})
-            reason = f"its GPUs differ ({'; '.join(parts)}); a pool holds whole nodes"
         if reason is not None:
             skipped.append(f"{node.hostname}: {reason}")
             result.warnings.append(f"{node.hostname} not exported: {reason}")
             continue
-        name, model, mig_on, counts = _gpu_key(node.gpus[0])
+        indices, kept, left_out = _partial(node)
+        name, model, mig_on, counts = _gpu_key(kept[0])
         capacity = node.labels.get("capacity", "on_demand")
         if capacity not in ("on_demand", "spot"):
             capacity = "on_demand"
-        key = (name, model, mig_on, counts, capacity)
+        key = (name, model, mig_on, counts, capacity, indices)
         groups.setdefault(key, []).append(node.hostname)
+        if left_out:
+            what = "; ".join(f"GPU {g.index} ({_describe(g)})" for g in left_out)
+            notes.setdefault(key, []).append(f"{node.hostname}: {what} in no pool (a node belongs to one pool)")
+            result.warnings.append(f"{node.hostname}: GPUs {', '.join(map(str, indices or ()))} exported as a "
+                                   f"partial-GPU pool; {what} left out: a node belongs to one pool")
         if any(g.mig_pending != g.mig_current for g in node.gpus):
             notes.setdefault(key, []).append(f"{node.hostname}: a MIG mode change is pending a GPU reset")
         if node.cordoned:
@@ -195,15 +218,19 @@ def export_hcl(nodes: Sequence[NodeInfo], source: str = "") -> ExportResult:
         blocks.append(_hcl_block(f"mig_layout {_hcl_str(label)}", [("devices", _hcl_map(counts))],
                                  [f"mig-parted counts: {_counts_text(counts)}"]))
     used: set[str] = set()
-    for key in sorted(groups, key=lambda k: (k[1], k[0], not k[2], labels.get(k[3], ""), k[4])):
-        name, model, mig_on, counts, capacity = key
+    for key in sorted(groups, key=lambda k: (k[1], k[0], not k[2], labels.get(k[3], ""), k[4], k[5] or ())):
+        name, model, mig_on, counts, capacity, indices = key
         pool = _slug(model or name) + (f"_{bases[counts]}" if mig_on else "") + ("_spot" if capacity == "spot" else "")
+        if indices is not None:
+            pool += "_gpus_" + "_".join(map(str, indices))
         base, suffix = pool, 2
         while pool in used:
             pool, suffix = f"{base}_{suffix}", suffix + 1
         used.add(pool)
         attrs = [("gpu_model", _hcl_str(name)), ("capacity", _hcl_str(capacity)),
                  ("nodes", _hcl_list(groups[key], "  "))]
+        if indices is not None:
+            attrs.append(("gpus", "[" + ", ".join(map(str, indices)) + "]"))
         attrs.append(("mig_layout", f"mig_layout.{labels[counts]}") if mig_on else ("mig", _hcl_str("disabled")))
         blocks.append(_hcl_block(f"pool {_hcl_str(pool)}", attrs, notes.get(key, [])))
         for host in groups[key]:

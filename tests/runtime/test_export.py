@@ -40,8 +40,8 @@ def test_hcl_parses_and_describes_every_uniform_node(nodes: list[NodeInfo]) -> N
     layouts = _blocks(doc, "mig_layout")
     pools = _blocks(doc, "pool")
     by_host = {n.hostname: n for n in nodes}
-    assert set(res.assignments) == set(by_host) - {"gpu-a100-02"}
-    assert any("gpu-a100-02" in w and "GPUs differ" in w for w in res.warnings)
+    assert set(res.assignments) == set(by_host)  # the heterogeneous node too, as a partial-GPU pool
+    assert any("gpu-a100-02" in w and "partial-GPU pool" in w and "GPU 1" in w for w in res.warnings)
     seen: set[str] = set()
     for name, pool in pools.items():
         assert set(pool) - {"__is_block__"} >= {"gpu_model", "capacity", "nodes"}
@@ -51,21 +51,48 @@ def test_hcl_parses_and_describes_every_uniform_node(nodes: list[NodeInfo]) -> N
             seen.add(host)
             assert res.assignments[host] == name
             node = by_host[host]
-            assert {g.name for g in node.gpus} == {_unq(pool["gpu_model"])}
+            gpus = [g for g in node.gpus if "gpus" not in pool or g.index in pool["gpus"]]
+            assert gpus and {g.name for g in gpus} == {_unq(pool["gpu_model"])}
             if "mig" in pool:
-                assert _unq(pool["mig"]) == "disabled" and not any(g.mig_current for g in node.gpus)
+                assert _unq(pool["mig"]) == "disabled" and not any(g.mig_current for g in gpus)
             else:
                 ref = pool["mig_layout"]
                 assert ref.startswith("${mig_layout.") and ref.endswith("}")
                 devices = layouts[ref[len("${mig_layout."):-1]]["devices"]
                 want = {_unq(k): v for k, v in devices.items()}
-                assert all(g.layout_counts() == want for g in node.gpus)
+                assert all(g.layout_counts() == want for g in gpus)
     assert seen == set(res.assignments)
     # Distinct layouts with one conventional name are told apart (balanced on H100 vs A100-40GB).
     assert {"all_1g", "balanced_a100_40gb", "balanced_h100_80gb"} <= set(layouts)
     assert pools["a100_40gb_balanced"]["mig_layout"] == "${mig_layout.balanced_a100_40gb}"
     assert "a100_80gb_all_1g" in pools and "h100_80gb_all_1g" in pools  # one layout, two models
     assert "v100_16gb" in pools
+
+
+def test_hcl_partial_gpu_pools_validate_and_plan_to_no_change(tmp_path: Path) -> None:
+    """Issue 22 item 10: a node with GPUs configured differently is exported, not warned away."""
+    from rlsched.plan.diff import plan
+    from rlsched.spec import load_spec
+
+    path = tmp_path / "fleet.json"
+    write_json_atomic(path, build_fleet("2x4xH100-80GB:balanced,1x2xA100-80GB:all-1g,1x2xV100-16GB"))
+    be = SimulatedBackend(path)
+    be.set_mig_layout("gpu-h100-01", be.node("gpu-h100-01").gpus[3].uuid, {"7g.80gb": 1})
+    be.set_mig_layout("gpu-a100-01", be.node("gpu-a100-01").gpus[0].uuid, {"7g.80gb": 1})  # a 1-1 tie
+    res = export_hcl(be.inventory())
+    pools = _blocks(hcl2.loads(res.text), "pool")
+    assert pools["h100_80gb_balanced_gpus_0_1_2"]["gpus"] == [0, 1, 2]
+    assert pools["a100_80gb_all_7g_gpus_0"]["gpus"] == [0]  # the group holding the lowest index
+    assert "gpu-h100-01: GPU 3 (NVIDIA H100 80GB HBM3 MIG 1x7g.80gb) in no pool" in res.text
+    assert set(res.assignments) == {n.hostname for n in be.inventory()}
+    spec_file = tmp_path / "fleet.hcl"
+    spec_file.write_text(res.text)
+    spec = load_spec(spec_file, env={})
+    p = plan(spec, be.inventory(), None)
+    assert not [d for d in p.diagnostics if d.severity == "error"]
+    assert all(c.action.name == "NOOP" or c.type in ("pool", "node") for c in p.changes), \
+        [(c.type, c.name, c.action) for c in p.changes]
+    assert not any(c.disruptive for c in p.changes)
 
 
 def test_hcl_long_node_lists_wrap_and_still_parse(tmp_path: Path) -> None:
