@@ -12,11 +12,13 @@ mean of ratios - the same per load, the worst and best case, preemptions per cas
 replay time; then every case's ratio (``--per-window``)::
 
     python benchmarks/tiresias_sensitivity.py                      # defaults: 8 windows x 3 loads
+    python benchmarks/tiresias_sensitivity.py --start-hours 1900,2150,2400 --loads 1.0,1.25  # chosen windows
     python benchmarks/tiresias_sensitivity.py --timing --repeat 3  # replay time vs FIFO (10k Philly jobs)
 
 ``--timing`` instead replays the first ``--timing-jobs`` Philly jobs (declared
 preemptible) on 32 x 8 V100 under FIFO and default Tiresias, interleaved ``--repeat``
-times, and prints each run's wall time, the medians and their ratio.
+times, and prints each run's wall and CPU time, the medians and their ratios (CPU time is
+the process's own, so it is the fairer measure on a machine shared with other work).
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
-def cases(windows: int, length_h: float, loads: list[float], cluster: str) -> list[tuple[str, float, list[Any]]]:
-    """``(label, load, jobs)`` per (window, load): windows spread evenly over Philly, all jobs preemptible."""
+def cases(windows: int, length_h: float, loads: list[float], cluster: str,
+          start_hours: list[float] | None = None) -> list[tuple[str, float, list[Any]]]:
+    """``(label, load, jobs)`` per (window, load), every job preemptible.
+
+    Windows are spread evenly over Philly, or start at ``start_hours`` (hours after the
+    trace's first submission) when given.
+    """
     from rlsched.cluster import parse_cluster
     from rlsched.scenario import base_capacity
     from rlsched.workload import load_trace
@@ -76,6 +83,14 @@ def cases(windows: int, length_h: float, loads: list[float], cluster: str) -> li
 
     trace = load_trace(str(PHILLY))
     cap = base_capacity(parse_cluster(cluster))
+    if start_hours:
+        from rlsched.workload.windows import window
+
+        picked_at = [(f"h{h:g}", window(trace, trace.start + h * 3600.0, trace.start + (h + length_h) * 3600.0))
+                     for h in start_hours]
+        return [(label, load, scale_to_load(type(w)([replace(j, preemptible=True) for j in w.jobs],
+                                                    source=w.source), cap, load).jobs)
+                for label, w in picked_at for load in loads]
     every = split_windows(trace, length_h * 3600.0)
     every = [w for w in every if len(w.jobs) >= 50]
     if len(every) < windows:
@@ -91,16 +106,16 @@ def cases(windows: int, length_h: float, loads: list[float], cluster: str) -> li
     return out
 
 
-def replay(cluster: str, jobs: list[Any], variant: str) -> tuple[float, int, float]:
-    """``(mean JCT s, preemptions, wall s)`` of one replay."""
+def replay(cluster: str, jobs: list[Any], variant: str) -> tuple[float, int, float, float]:
+    """``(mean JCT s, preemptions, wall s, CPU s)`` of one replay (CPU: this process's, immune to other load)."""
     from rlsched.cluster import parse_cluster
     from rlsched.policies import make_policy
     from rlsched.sim import Engine
 
     name, params = parse_variant(variant)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report = Engine(parse_cluster(cluster), jobs).run(make_policy(name, **params))
-    return report.mean_jct_s, report.preemptions, time.perf_counter() - t0
+    return report.mean_jct_s, report.preemptions, time.perf_counter() - t0, time.process_time() - c0
 
 
 def sensitivity(args: argparse.Namespace) -> None:
@@ -109,7 +124,8 @@ def sensitivity(args: argparse.Namespace) -> None:
                                   if v != args.baseline]
     for v in variants:
         parse_variant(v)
-    runs = cases(args.windows, args.length_h, loads, args.cluster)
+    starts = [float(x) for x in args.start_hours.split(",")] if args.start_hours else None
+    runs = cases(args.windows, args.length_h, loads, args.cluster, starts)
     ratio: dict[str, list[float]] = {v: [] for v in variants}
     preempt: dict[str, list[int]] = {v: [] for v in variants}
     wall: dict[str, float] = dict.fromkeys(variants, 0.0)
@@ -119,7 +135,7 @@ def sensitivity(args: argparse.Namespace) -> None:
         base = None
         row = [label, f"{load:g}", f"{len(jobs)}"]
         for v in variants:
-            jct, pre, w = replay(args.cluster, jobs, v)
+            jct, pre, w, _ = replay(args.cluster, jobs, v)
             base = jct if base is None else base
             ratio[v].append(jct / base)
             preempt[v].append(pre)
@@ -129,7 +145,8 @@ def sensitivity(args: argparse.Namespace) -> None:
         rows.append(row)
         print(f"  {label} load {load:g}: {len(jobs)} jobs, {args.baseline} {base / 3600:.2f} h", file=sys.stderr)
     print(f"\n`python benchmarks/tiresias_sensitivity.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`: "
-          f"{len(runs)} cases ({args.windows} windows of {args.length_h:g} h x loads {args.loads}) on "
+          f"{len(runs)} cases ({len(starts) if starts else args.windows} windows of {args.length_h:g} h x loads "
+          f"{args.loads}) on "
           f"{args.cluster}, every job preemptible; mean JCT / {args.baseline}'s, {time.perf_counter() - t0:.0f} s\n")
     head = ["variant", "mean of ratios"] + [f"load {x:g}" for x in loads] + ["min", "max", "preemptions / case",
                                                                             "replay s / case"]
@@ -156,25 +173,32 @@ def timing(args: argparse.Namespace) -> None:
     jobs = [replace(j, preemptible=True) for j in load_trace(str(PHILLY)).jobs[: args.timing_jobs]]
     cluster = "32x8xV100-16GB"
     walls: dict[str, list[float]] = {"fifo": [], "tiresias": []}
+    cpus: dict[str, list[float]] = {"fifo": [], "tiresias": []}
     for k in range(args.repeat):
         for v in walls:
-            jct, pre, w = replay(cluster, jobs, v)
+            jct, pre, w, c = replay(cluster, jobs, v)
             walls[v].append(w)
-            print(f"  run {k + 1}: {v:9s} {w:6.2f} s  mean JCT {jct / 3600:8.2f} h  preemptions {pre:,}",
-                  file=sys.stderr)
+            cpus[v].append(c)
+            print(f"  run {k + 1}: {v:9s} wall {w:6.2f} s  CPU {c:6.2f} s  mean JCT {jct / 3600:8.2f} h  "
+                  f"preemptions {pre:,}", file=sys.stderr)
     med = {v: statistics.median(w) for v, w in walls.items()}
+    med_cpu = {v: statistics.median(c) for v, c in cpus.items()}
     print(f"\n`python benchmarks/tiresias_sensitivity.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`: "
           f"first {len(jobs):,} Philly jobs, every job preemptible, {cluster}\n")
-    print("| policy | wall s per run | median s |")
-    print("|---|---|---|")
-    for v, w in walls.items():
-        print(f"| {v} | {', '.join(f'{x:.2f}' for x in w)} | {med[v]:.2f} |")
-    print(f"\nTiresias / FIFO median wall time: {med['tiresias'] / med['fifo']:.2f}x")
+    print("| policy | wall s per run | median wall s | CPU s per run | median CPU s |")
+    print("|---|---|---|---|---|")
+    for v in walls:
+        print(f"| {v} | {', '.join(f'{x:.2f}' for x in walls[v])} | {med[v]:.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in cpus[v])} | {med_cpu[v]:.2f} |")
+    print(f"\nTiresias / FIFO: median wall time {med['tiresias'] / med['fifo']:.2f}x, "
+          f"median CPU time {med_cpu['tiresias'] / med_cpu['fifo']:.2f}x")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--windows", type=int, default=8, help="windows spread over the trace (default 8)")
+    ap.add_argument("--start-hours", default="", help="window starts in hours after the trace start, comma-separated "
+                    "(instead of --windows spread evenly)")
     ap.add_argument("--length-h", type=float, default=48.0, help="window length in hours (default 48)")
     ap.add_argument("--loads", default="0.8,1.0,1.2", help="offered loads, comma-separated (default 0.8,1.0,1.2)")
     ap.add_argument("--cluster", default="16x8xV100-16GB", help="fleet (default 16x8xV100-16GB)")

@@ -118,6 +118,7 @@ class Tiresias(QueueHeuristic):
         self._level: dict[str, int] = {}  # queue of a tracked job (running or returned)
         self._running: dict[str, JobRun] = {}  # running at the last decision point
         self._victimish: set[str] = set()  # of those, preemptible on whole GPUs of an exclusive pool
+        self._rank_of: dict[str, _Rank] = {}  # their ranks (see _rank)
         self._count = [0] * levels  # victimish jobs per queue
         self._on_node: dict[str, dict[str, int]] = {}  # node -> {victimish job: its GPUs there}
         self._cross: list[tuple[float, str, int]] = []  # next threshold crossing of victimish jobs
@@ -168,6 +169,7 @@ class Tiresias(QueueHeuristic):
         if state.pools[pl.pool].spec.sharing is not Sharing.EXCLUSIVE:
             return
         self._victimish.add(jid)
+        self._rank_of[jid] = (lvl, -run.job.submit_time, jid)
         self._count[lvl] += 1
         for node_id, _ in pl.gpus:
             held = self._on_node.setdefault(node_id, {})
@@ -181,6 +183,7 @@ class Tiresias(QueueHeuristic):
         run = self._running.pop(jid)
         if jid in self._victimish:
             self._victimish.discard(jid)
+            del self._rank_of[jid]
             self._count[self._level[jid]] -= 1
             pl = run.placement
             for node_id, held in list(self._on_node.items()) if pl is None else (
@@ -285,8 +288,15 @@ class Tiresias(QueueHeuristic):
                     stray.append(r)
 
         top = [(entry, returned[jid]) for entry, jid in self._returned[0]]
-        for _, run in heapq.merge(fresh(), top, key=lambda p: p[0]):
-            yield 0, run
+        if top:
+            for _, run in heapq.merge(fresh(), top, key=lambda p: p[0]):
+                yield 0, run
+        else:
+            for r in queued:
+                if r.first_start is None:
+                    yield 0, r
+                elif r.job.job_id not in returned:
+                    stray.append(r)
         for r in stray:
             self._add_returned(state, r)
             self._stray = True
@@ -316,6 +326,7 @@ class Tiresias(QueueHeuristic):
         can_place = self._can_place(state)
         self._by_node = {}
         self._ranked = None
+        acted = False  # placed or suspended anything: the running set changed
         for lvl, run in self._walk(state):
             job = run.job
             if job.job_id not in state.queue:
@@ -324,6 +335,7 @@ class Tiresias(QueueHeuristic):
             if can_place and shape not in failed and len(failed) < n_shapes:
                 placement = self.choose(state, run)
                 if placement is not None:
+                    acted = True
                     yield Place(job.job_id, placement)
                     continue
                 failed.add(shape)
@@ -332,6 +344,7 @@ class Tiresias(QueueHeuristic):
                 if chosen is None:
                     no_room.add(shape)
                 else:
+                    acted = True
                     for v in chosen:
                         gone.add(v.job.job_id)
                         left[self._level[v.job.job_id]] -= 1
@@ -361,7 +374,8 @@ class Tiresias(QueueHeuristic):
             n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
         ):
             yield WakeAt(self._next_scale)
-        self._sync(state)  # what this pass started and stopped: their demotions and promotions to wake for
+        if acted:
+            self._sync(state)  # what this pass started and stopped: their demotions and promotions to wake for
         wake = now + 1.0 if self._stray else self._next_wake(state)
         if now < wake < math.inf and not (now < self._wake_at <= wake):
             self._wake_at = wake
@@ -370,7 +384,7 @@ class Tiresias(QueueHeuristic):
     # ------------------------------------------------------------------ preemption
     def _rank(self, jid: str) -> _Rank:
         """Larger = lower priority = preempted first: higher queue, then later submission (then job id)."""
-        return (self._level[jid], -self._running[jid].job.submit_time, jid)
+        return self._rank_of[jid]
 
     def _eligible_on(self, node_id: str, level: int, gone: set[str]) -> list[tuple[str, int]]:
         """``(job, GPUs on the node)`` of the node's candidates below ``level``, lowest priority first."""
@@ -379,7 +393,8 @@ class Tiresias(QueueHeuristic):
             held = self._on_node.get(node_id)
             if not held:
                 return []
-            ranked = self._by_node[node_id] = sorted(held.items(), key=lambda p: self._rank(p[0]), reverse=True)
+            rank = self._rank_of
+            ranked = self._by_node[node_id] = sorted(held.items(), key=lambda p: rank[p[0]], reverse=True)
         lv = self._level
         return [(j, n) for j, n in ranked if lv[j] > level and j not in gone]
 
@@ -435,7 +450,7 @@ class Tiresias(QueueHeuristic):
         if not pools:
             return None
         if self._ranked is None:
-            self._ranked = sorted(self._victimish, key=self._rank, reverse=True)
+            self._ranked = sorted(self._victimish, key=self._rank_of.__getitem__, reverse=True)
         free: dict[str, int] = {}
         freed: dict[str, list[tuple[str, int]]] = {}
         lv = self._level
