@@ -382,10 +382,12 @@ class _Loader:
         except (OSError, UnicodeDecodeError) as exc:
             self.diags.append(error("Failed to read file", f"{name}: {exc}"))
             return
-        self.source_bytes += len(text)
+        if len(text) <= MAX_SOURCE_BYTES:  # (a larger file is refused by parse_text, located)
+            self.source_bytes += len(text)
         if self.source_bytes > 2 * MAX_SOURCE_BYTES:
             self.diags.append(error("Configuration too large", f"The spec files hold more than "
-                                    f"{2 * MAX_SOURCE_BYTES:,} characters in all; {name} is not read."))
+                                    f"{2 * MAX_SOURCE_BYTES:,} characters in all; this one is not read.",
+                                    SourceRange(name, 1, 1)))
             return
         body, diags = parse_text(text, name)
         self.diags.extend(diags)

@@ -330,3 +330,18 @@ def test_hcl_md_example_as_written_names_every_unsupported_setting(tmp_path: Pat
     diags = errors(tmp_path, hcl_md_example_as_written())
     assert {d.summary for d in diags} == {"Setting not supported yet"}
     assert sorted(d.detail.split(" ")[0] for d in diags) == sorted(NOT_SUPPORTED_YET)
+
+
+def test_spec_files_together_are_bounded(tmp_path: Path) -> None:
+    from rlsched.spec import SpecError, load_spec
+    from rlsched.spec.limits import MAX_SOURCE_BYTES
+
+    comment = "# " + "x" * 998 + "\n"  # 1,000 bytes that cost the parser little
+    for name in ("a", "b", "c"):
+        body = comment * (MAX_SOURCE_BYTES * 8 // 10 // len(comment))
+        (tmp_path / f"{name}.hcl").write_text(body + f"locals {{\n  {name} = 1\n}}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path, env={})
+    diags = [d for d in info.value.diagnostics if d.severity == "error"]
+    assert [d.summary for d in diags] == ["Configuration too large"]
+    assert diags[0].range is not None and diags[0].range.filename.endswith("c.hcl")
