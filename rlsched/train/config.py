@@ -199,6 +199,40 @@ class PreemptLongParams:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(frozen=True)
+class GateParams:
+    """The workload-family gate run at the end of training (:mod:`rlsched.train.generalisation`).
+
+    The final policy is replayed with every heuristic on ``families`` (names or the
+    groups ``all`` / ``traces`` / ``generated``), ``windows`` windows of at most
+    ``max_jobs`` jobs each; the result goes into the card (``metrics.families``), the
+    model card's table and the registered version's ``family_gate`` tag, which
+    ``rlsched promote`` requires. ``gate: off`` skips it (promote then needs
+    ``rlsched models gate``).
+    """
+
+    families: tuple[str, ...] = ("generated",)
+    windows: int = 3
+    max_jobs: int = 1000
+
+
+@dataclass(frozen=True)
+class GeneratedParams:
+    """Domain randomisation: training worlds drawn from :func:`rlsched.workload.generator.random_family`.
+
+    ``count`` worlds of ``jobs`` jobs each, family ``i`` drawn with seed ``seed + i``
+    (always below 1000: evaluation windows of generated families use seeds from
+    1000 up). ``exclude`` names generator families whose *kind* no draw may have
+    (leave-one-family-out): the card lists the others as trained, so the gate and the
+    generalisation benchmark judge the model only on the excluded ones.
+    """
+
+    count: int = 32
+    jobs: int = 400
+    seed: int = 0
+    exclude: tuple[str, ...] = ()
+
+
 #: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
 #: schema. Kept here rather than derived from RULES so that reading an experiment does not import
 #: the policies; a test checks that both name the same rules in the same order.
@@ -238,6 +272,8 @@ class Experiment:
     deadline_guard: GuardParams | None = None
     consolidate: ConsolidateParams | None = None
     preempt_long: PreemptLongParams | None = None
+    gate: GateParams | None = field(default_factory=GateParams)
+    generated: GeneratedParams | None = None
     output: str = ""
     source: str = ""
 
@@ -374,6 +410,53 @@ def _rule(name: str, d: Any, cls: type) -> Any:
     return got
 
 
+def _gate(d: Any) -> GateParams | None:
+    """``gate:`` - absent: the default gate; ``off`` / ``false``: none; a mapping: checked."""
+    if d is None:
+        return GateParams()
+    if d is False or (isinstance(d, str) and d.lower() in ("off", "none", "false")):
+        return None
+    if not isinstance(d, dict):
+        raise ExperimentError(f"gate: expected a mapping or 'off', got {d!r}")
+    _keys("gate", d, _names(GateParams))
+    fams = d.get("families", GateParams.families)
+    if isinstance(fams, str) or not isinstance(fams, (list, tuple)) or not fams:
+        raise ExperimentError(f"gate.families: a non-empty list of family names, got {fams!r}")
+    from rlsched.train.families import FamilyError, resolve
+
+    try:
+        resolve([str(f) for f in fams])
+    except FamilyError as exc:
+        raise ExperimentError(f"gate.families: {exc}") from None
+    g = GateParams(tuple(str(f) for f in fams), int(d.get("windows", 3)), int(d.get("max_jobs", 1000)))
+    if g.windows < 1 or g.max_jobs < 2:
+        raise ExperimentError(f"gate: windows must be >= 1 and max_jobs >= 2, got {g.windows} / {g.max_jobs}")
+    return g
+
+
+def _generated(d: Any) -> GeneratedParams | None:
+    """``generated:`` - absent: no generated training worlds; a mapping: checked."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ExperimentError(f"generated: expected a mapping, got {d!r}")
+    _keys("generated", d, _names(GeneratedParams))
+    exclude = d.get("exclude", ())
+    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
+        raise ExperimentError(f"generated.exclude: a list of generator family names, got {exclude!r}")
+    g = GeneratedParams(int(d.get("count", 32)), int(d.get("jobs", 400)), int(d.get("seed", 0)),
+                        tuple(str(x) for x in exclude))
+    from rlsched.workload.generator import FAMILIES
+
+    unknown = [x for x in g.exclude if x not in FAMILIES]
+    if unknown:
+        raise ExperimentError(f"generated.exclude: unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    if g.count < 1 or g.jobs < 2 or g.seed < 0 or g.seed + g.count > 1000:
+        raise ExperimentError(f"generated: count >= 1, jobs >= 2 and seed + count <= 1000 (evaluation seeds start "
+                              f"at 1000), got count {g.count}, jobs {g.jobs}, seed {g.seed}")
+    return g
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
     path = Path(path)
@@ -424,6 +507,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
+        gate=_gate(data.get("gate")), generated=_generated(data.get("generated")),
         output=out, source=str(path),
     )
     from rlsched.train.teacher import TEACHERS

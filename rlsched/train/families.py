@@ -332,3 +332,37 @@ def _cached_trace(path: str, fmt: str, vc: str | None, loader: Any) -> Any:
     if key not in _TRACE_CACHE:
         _TRACE_CACHE[key] = loader(path, fmt, virtual_cluster=vc)
     return _TRACE_CACHE[key]
+
+
+def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Sequence[str] = ()) -> list[World]:
+    """Domain randomisation: ``count`` worlds, each a :func:`~rlsched.workload.generator.random_family` draw.
+
+    World ``i`` is family ``random_family(seed + i, exclude)`` drawn with seed ``seed + i``
+    (below 1000, so never an evaluation window of a generated family), ``jobs`` jobs
+    long, on the family's own fleet and the bundled market.
+    """
+    import numpy as np
+
+    from rlsched.cluster.spec import parse_cluster
+    from rlsched.market import default_market
+    from rlsched.scenario import Scenario
+    from rlsched.sim.engine import SimConfig
+    from rlsched.workload.generator import generate, random_family, with_overrides
+
+    worlds = []
+    for s in range(seed, seed + count):
+        spec = random_family(np.random.default_rng(s), name=f"random{s}", exclude=exclude)
+        spec = with_overrides(spec, jobs=jobs, backlog_jobs=min(spec.backlog_jobs, jobs // 4))
+        tr = generate(spec, s)
+        sc = Scenario(name=spec.name, pools=parse_cluster(spec.cluster), jobs=tr.jobs, market=default_market(),
+                      sim=SimConfig(seed=s), source=tr.source)
+        worlds.append(World(f"generated/{spec.name}[{spec.cluster}@{spec.load:.2f}]/train", sc, "generated",
+                            0.0, 0.0, spec.load))
+    return worlds
+
+
+def trained_generator_families(exclude: Sequence[str]) -> list[str]:
+    """The generator families whose kind domain randomisation covers when ``exclude`` is left out."""
+    from rlsched.workload.generator import FAMILIES
+
+    return [name for name in FAMILIES if name not in set(exclude)]

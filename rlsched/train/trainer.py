@@ -25,6 +25,7 @@ from rlsched.envs.trained_actions import TrainedActions
 from rlsched.errors import RlschedError
 from rlsched.train.config import RULE_PARAMS, Experiment
 from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference, ratio_text
+from rlsched.train.families import generated_training_worlds, trained_generator_families
 from rlsched.train.forecasting import (
     FORECASTER_FILE,
     attach,
@@ -399,10 +400,14 @@ def train(
     worlds = training_worlds(exp.scenarios)
     eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
     holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
-    log(f"{len(worlds)} training worlds, {len(eval_worlds)} evaluation windows, {len(holdout_worlds)} holdout windows")
+    # Domain randomisation: worlds drawn from whole workload families (they run without a forecaster).
+    gen = exp.generated
+    gen_worlds = generated_training_worlds(gen.count, gen.jobs, gen.seed, gen.exclude) if gen else []
+    log(f"{len(worlds) + len(gen_worlds)} training worlds ({len(gen_worlds)} generated), {len(eval_worlds)} "
+        f"evaluation windows, {len(holdout_worlds)} holdout windows")
     # The action kinds the network can learn here: written into the model folder, and masked outside
     # them in every evaluation below, as when the model is served.
-    trained_actions = worlds_actions(worlds, exp)
+    trained_actions = worlds_actions(worlds + gen_worlds, exp)
     log(f"trained actions: {trained_actions.describe()}")
     # The demand forecaster: fitted on the training windows only; every training episode and every
     # evaluation replay (policy and heuristics alike) runs with a fresh copy of it.
@@ -413,6 +418,7 @@ def train(
         holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
         log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
             f"training windows of {', '.join(fitted)}")
+    worlds = worlds + gen_worlds
     ckpt_dir = run_dir / "checkpoints"
     ckpt = latest_checkpoint(ckpt_dir) if resume else None
     if resume and ckpt is None:
@@ -541,6 +547,9 @@ def train(
             "holdout": [{"name": e.name, "scenario": e.scenario, "eval_windows_h": e.eval_windows_h,
                          "clusters": e.clusters, "load_factors": e.load_factors} for e in exp.holdout],
             "training_worlds": [w.label for w in worlds],
+            "families": trained_generator_families(gen.exclude) if gen else [],
+            "generated": {"count": gen.count, "jobs": gen.jobs, "seed": gen.seed, "exclude": list(gen.exclude)}
+            if gen else None,
             "steps": int(model.num_timesteps),
             "seed": exp.seed,
             "wall_s": round(train_wall, 1),
@@ -557,6 +566,9 @@ def train(
         out = Path(exp.output) if exp.output else run_dir / "model"
         net = model.policy.features_extractor
         PolicyModel.save(out, net, codec, card, rules=exp.rule_params(), trained_actions=trained_actions)
+        if exp.gate is not None:
+            table += "\n" + _family_gate(exp, out, card, log)
+            (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
         stale = out / FORECASTER_FILE
         if fitted:
             save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)
@@ -581,6 +593,32 @@ def train(
         venv.close()
         if tracker is not None:
             tracker.close()
+
+
+def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callable[[str], None]) -> str:
+    """Judge the saved policy on the gate's workload families; store the result in ``card``; its markdown."""
+    from rlsched.train.families import resolve
+    from rlsched.train.generalisation import evaluate_families, family_checks, family_table, verdict
+
+    assert exp.gate is not None
+    fams = resolve(list(exp.gate.families))
+    log(f"judging the policy on {len(fams)} workload families (promotion gate: <= 1.02x the best heuristic "
+        f"on every unseen one) ...")
+    report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs)
+    card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,
+                                   "skipped": report.skipped, "windows": report.windows,
+                                   "settings": {"families": list(exp.gate.families), "windows": exp.gate.windows,
+                                                "max_jobs": exp.gate.max_jobs}}
+    checks = family_checks(report.summaries, report.exposure)
+    passed = all(ok for ok, _ in checks)
+    lines = [f"### Workload families ({exp.gate.windows} windows each, at most {exp.gate.max_jobs:,} jobs; "
+             f"mean of per-window ratios)", "", family_table(report), "",
+             *(f"- {line}" for line in verdict(report.summaries, report.exposure)),
+             f"- promotion gate: {'PASS' if passed else 'FAIL'}"
+             + ("" if passed else " (" + "; ".join(t for ok, t in checks if not ok) + ")")]
+    text = "\n".join(lines)
+    log(text)
+    return text
 
 
 def spot_summary(card: dict[str, Any]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,31 @@ def test_forecast_block_defaults_and_off(tmp_path: Path) -> None:
     assert naive.forecast.model_params() == {"season_s": 604800}
     off = load_experiment(write(tmp_path, BASE + "forecast: {model: none}\n"))
     assert not off.forecast.enabled
+
+
+def test_gate_and_generated_keys(tmp_path: Path) -> None:
+    from rlsched.train.config import ExperimentError, GateParams, load_experiment
+
+    base = (Path(__file__).resolve().parents[2] / "experiments" / "smoke.yaml").read_text()
+    base = "\n".join(line for line in base.splitlines() if not line.startswith("gate:"))
+
+    def load(extra: str) -> Any:
+        p = tmp_path / "e.yaml"
+        p.write_text(base + "\n" + extra + "\n")
+        return load_experiment(p)
+
+    assert load("").gate == GateParams() and load("").generated is None  # the gate is on by default
+    assert load("gate: off").gate is None
+    g = load("gate: {families: [gen-gang, traces], windows: 2, max_jobs: 300}").gate
+    assert g.families == ("gen-gang", "traces") and g.windows == 2 and g.max_jobs == 300
+    gen = load("generated: {count: 8, jobs: 200, seed: 5, exclude: [gang, bursty]}").generated
+    assert gen.count == 8 and gen.exclude == ("gang", "bursty")
+    for bad, msg in (("gate: {families: [gen-gnag]}", "did you mean 'gen-gang'"),
+                     ("gate: {families: gen-gang}", "a non-empty list"),
+                     ("gate: {windows: 0}", "windows must be >= 1"),
+                     ("gate: {famillies: [all]}", "famillies"),
+                     ("generated: {exclude: [gangs]}", "unknown family 'gangs'"),
+                     ("generated: {count: 10, seed: 995}", r"seed \+ count <= 1000"),
+                     ("generated: 3", "expected a mapping")):
+        with pytest.raises(ExperimentError, match=msg):
+            load(bad)

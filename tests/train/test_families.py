@@ -96,3 +96,16 @@ def test_the_default_models_card_keeps_its_training_period_out() -> None:
     assert status == "unseen"
     assert (0.0, 1800.0) in avoid  # the default model trained on Philly's first 1800 h
     assert exposure(card, families()["openb"])[0] == "tuned"  # its holdout replays openb
+
+
+def test_generated_training_worlds_are_seeded_draws_below_the_evaluation_seeds() -> None:
+    from rlsched.train.families import generated_training_worlds, trained_generator_families
+
+    a = generated_training_worlds(4, 50, seed=10, exclude=("gang", "overload"))
+    b = generated_training_worlds(4, 50, seed=10, exclude=("gang", "overload"))
+    assert [w.label for w in a] == [w.label for w in b] and len(a) == 4
+    assert all(w.scenario.jobs == v.scenario.jobs for w, v in zip(a, b, strict=True))
+    assert all(len(w.scenario.jobs) == 50 and w.entry == "generated" for w in a)
+    assert all(j.num_gpus <= 8 for w in a for j in w.scenario.jobs)  # gangs excluded
+    assert all(w.scenario.source.rsplit(":", 1)[1] in {"10", "11", "12", "13"} for w in a)
+    assert "gang" not in trained_generator_families(("gang",)) and "bursty" in trained_generator_families(("gang",))
