@@ -335,6 +335,7 @@ class _Loader:
         self.namespaces: dict[str, Namespace] = {}
         self.quota_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         self.source_bytes = 0
+        self.pool_labels: dict[str, str] = {}  # pool instance name -> its block's label
         self.unknown_instances: set[tuple[str, str]] = set()  # (kind, name) whose for_each is unknown
 
     # -- files ------------------------------------------------------------------------
@@ -568,6 +569,7 @@ class _Loader:
         for b in self.top["pool"]:
             for name, scope in self.expand("pool", b):
                 blk = _Block(self, b, scope, f'pool "{b.labels[0]}"', f"pool.{name}")
+                self.pool_labels[name] = b.labels[0]
                 res = self.pool(blk, name)
                 if res is not None:
                     pool_decl, pool_attrs[name] = res
@@ -810,6 +812,7 @@ class _Loader:
         which no check here reads as a problem.
         """
         owner: dict[str, tuple[str, SourceRange]] = {}
+        layout_users: dict[tuple[str, str], list[tuple[str, SourceRange]]] = {}
         for name, p in {**pools, **failed_pools}.items():
             for node in p.nodes:
                 rng = attrs[name]["nodes"][1].expr.rng
@@ -831,17 +834,25 @@ class _Loader:
                 continue
             model = CATALOG[p.gpu_model]
             ref_rng = attrs[name]["mig_layout"][1].expr.rng
+            label = self.pool_labels.get(name, name)  # every for_each instance of a block reads alike
             if not model.mig_capable:
-                self.diags.append(error("GPU model does not support MIG", f"pool.{name} uses {p.gpu_model} GPUs, "
+                self.diags.append(error("GPU model does not support MIG", f"pool.{label} uses {p.gpu_model} GPUs, "
                                         'which cannot be split by MIG; use mig = "disabled".', ref_rng))
                 continue
             layout = layouts.get(p.mig_layout)
             if layout is not None:
                 problem = layout_problem(model, layout.devices)
                 if problem:
-                    where = self.block_names["mig_layout"][p.mig_layout].body.attributes["devices"].expr.rng
-                    self.diags.append(error("Invalid MIG layout", f"{problem} (mig_layout.{layout.name} is used "
-                                            f"by pool.{name} at {ref_rng}).", where))
+                    users = layout_users.setdefault((layout.name, problem), [])
+                    if (label, ref_rng) not in users:
+                        users.append((label, ref_rng))
+        # one error per layout that does not fit, however many pools use it
+        for (lname, problem), users in layout_users.items():
+            where = self.block_names["mig_layout"][lname].body.attributes["devices"].expr.rng
+            shown = [f"pool.{u} at {r}" for u, r in users[:3]]
+            more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+            self.diags.append(error("Invalid MIG layout", f"{problem} (mig_layout.{lname} is used by "
+                                    f"{', '.join(shown)}{more}).", where))
         for qname, q in quotas.items():
             pool = pools.get(q.pool)
             if pool is None or not q.max_slices or pool.gpu_model not in CATALOG:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -345,3 +346,17 @@ def test_spec_files_together_are_bounded(tmp_path: Path) -> None:
     diags = [d for d in info.value.diagnostics if d.severity == "error"]
     assert [d.summary for d in diags] == ["Configuration too large"]
     assert diags[0].range is not None and diags[0].range.filename.endswith("c.hcl")
+
+
+def test_a_layout_that_does_not_fit_is_one_error_however_many_pools_use_it(tmp_path: Path) -> None:
+    text = ('mig_layout "l" {\n  devices = { "1g.10gb" = 9 }\n}\n'
+            'pool "many" {\n  for_each   = toset(["a", "b", "c", "d"])\n  gpu_model  = "H100"\n'
+            '  nodes      = ["n-${each.key}"]\n  mig_layout = mig_layout.l\n}\n'
+            'pool "one" {\n  gpu_model  = "H100"\n  nodes      = ["m"]\n  mig_layout = mig_layout.l\n}\n'
+            'pool "v100" {\n  for_each   = toset(["a", "b"])\n  gpu_model  = "V100-16GB"\n'
+            '  nodes      = ["v-${each.key}"]\n  mig_layout = mig_layout.l\n}\n')
+    diags = errors(tmp_path, text)
+    assert [d.summary for d in diags] == ["Invalid MIG layout", "GPU model does not support MIG"]
+    assert re.search(r"used by pool\.many at \S*main\.hcl:8:16, pool\.one at \S*main\.hcl:13:16\)",
+                     diags[0].detail), diags[0].detail
+    assert "pool.v100 uses" in diags[1].detail
