@@ -336,6 +336,7 @@ class _Loader:
         self.quota_attrs: dict[str, dict[str, tuple[Any, A.Attribute]]] = {}
         self.source_bytes = 0
         self.pool_labels: dict[str, str] = {}  # pool instance name -> its block's label
+        self.quota_labels: dict[str, str] = {}  # quota instance name -> its block's label
         self.unknown_instances: set[tuple[str, str]] = set()  # (kind, name) whose for_each is unknown
 
     # -- files ------------------------------------------------------------------------
@@ -577,6 +578,7 @@ class _Loader:
         quotas: dict[str, QuotaDecl] = {}
         for b in self.top["quota"]:
             for name, scope in self.expand("quota", b):
+                self.quota_labels[name] = b.labels[0]
                 q = self.quota(_Block(self, b, scope, f'quota "{b.labels[0]}"', f"quota.{name}"), name)
                 if q is not None:
                     quotas[name] = q
@@ -859,7 +861,8 @@ class _Loader:
                 continue
             qrng = self.quota_attrs[qname]["max_slices"][1].expr.rng
             if pool.mig_layout is None:
-                self.diags.append(error("Invalid quota", f'quota "{qname}" limits MIG slices, but pool.{q.pool} '
+                label = self.quota_labels.get(qname, qname)
+                self.diags.append(error("Invalid quota", f'quota "{label}" limits MIG slices, but pool.{q.pool} '
                                         "has no mig_layout; use max_gpus for whole GPUs.", qrng))
                 continue
             model = CATALOG[pool.gpu_model]

@@ -360,3 +360,10 @@ def test_a_layout_that_does_not_fit_is_one_error_however_many_pools_use_it(tmp_p
     assert re.search(r"used by pool\.many at \S*main\.hcl:8:16, pool\.one at \S*main\.hcl:13:16\)",
                      diags[0].detail), diags[0].detail
     assert "pool.v100 uses" in diags[1].detail
+
+
+def test_a_quota_mistake_in_a_for_each_block_is_one_error(tmp_path: Path) -> None:
+    text = ('pool "p" {\n  gpu_model = "H100"\n  nodes     = ["n"]\n}\n'
+            'quota "q" {\n  for_each   = toset(["a", "b", "c"])\n  pool       = pool.p\n'
+            '  principal  = "user:${each.key}"\n  max_slices = { "1g.10gb" = 1 }\n}\n')
+    assert [d.summary for d in errors(tmp_path, text)] == ["Invalid quota"]
