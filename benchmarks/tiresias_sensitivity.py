@@ -69,7 +69,7 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
-def cases(windows: int, length_h: float, loads: list[float], cluster: str,
+def cases(trace_path: str, windows: int, length_h: float, loads: list[float], cluster: str,
           start_hours: list[float] | None = None) -> list[tuple[str, float, list[Any]]]:
     """``(label, load, jobs)`` per (window, load), every job preemptible.
 
@@ -81,7 +81,7 @@ def cases(windows: int, length_h: float, loads: list[float], cluster: str,
     from rlsched.workload import load_trace
     from rlsched.workload.windows import scale_to_load, split_windows
 
-    trace = load_trace(str(PHILLY))
+    trace = load_trace(trace_path)
     cap = base_capacity(parse_cluster(cluster))
     if start_hours:
         from rlsched.workload.windows import window
@@ -92,9 +92,9 @@ def cases(windows: int, length_h: float, loads: list[float], cluster: str,
                                                     source=w.source), cap, load).jobs)
                 for label, w in picked_at for load in loads]
     every = split_windows(trace, length_h * 3600.0)
-    every = [w for w in every if len(w.jobs) >= 50]
+    every = [w for w in every if len(w.jobs) >= 20]
     if len(every) < windows:
-        raise ValueError(f"only {len(every)} windows of {length_h:g} h with >= 50 jobs; ask for fewer")
+        raise ValueError(f"only {len(every)} windows of {length_h:g} h with >= 20 jobs; ask for fewer")
     step = len(every) / windows
     picked = [(int(k * step), every[int(k * step)]) for k in range(windows)]
     out = []
@@ -125,7 +125,7 @@ def sensitivity(args: argparse.Namespace) -> None:
     for v in variants:
         parse_variant(v)
     starts = [float(x) for x in args.start_hours.split(",")] if args.start_hours else None
-    runs = cases(args.windows, args.length_h, loads, args.cluster, starts)
+    runs = cases(args.trace, args.windows, args.length_h, loads, args.cluster, starts)
     ratio: dict[str, list[float]] = {v: [] for v in variants}
     preempt: dict[str, list[int]] = {v: [] for v in variants}
     wall: dict[str, float] = dict.fromkeys(variants, 0.0)
@@ -170,7 +170,7 @@ def sensitivity(args: argparse.Namespace) -> None:
 def timing(args: argparse.Namespace) -> None:
     from rlsched.workload import load_trace
 
-    jobs = [replace(j, preemptible=True) for j in load_trace(str(PHILLY)).jobs[: args.timing_jobs]]
+    jobs = [replace(j, preemptible=True) for j in load_trace(args.trace).jobs[: args.timing_jobs]]
     cluster = "32x8xV100-16GB"
     walls: dict[str, list[float]] = {"fifo": [], "tiresias": []}
     cpus: dict[str, list[float]] = {"fifo": [], "tiresias": []}
@@ -184,7 +184,7 @@ def timing(args: argparse.Namespace) -> None:
     med = {v: statistics.median(w) for v, w in walls.items()}
     med_cpu = {v: statistics.median(c) for v, c in cpus.items()}
     print(f"\n`python benchmarks/tiresias_sensitivity.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`: "
-          f"first {len(jobs):,} Philly jobs, every job preemptible, {cluster}\n")
+          f"first {len(jobs):,} jobs of {Path(args.trace).name}, every job preemptible, {cluster}\n")
     print("| policy | wall s per run | median wall s | CPU s per run | median CPU s |")
     print("|---|---|---|---|---|")
     for v in walls:
@@ -196,6 +196,7 @@ def timing(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default=str(PHILLY), help="job trace (default: the shared Philly 2017 job table)")
     ap.add_argument("--windows", type=int, default=8, help="windows spread over the trace (default 8)")
     ap.add_argument("--start-hours", default="", help="window starts in hours after the trace start, comma-separated "
                     "(instead of --windows spread evenly)")
@@ -212,8 +213,8 @@ def main() -> None:
     try:
         if args.windows < 1 or args.repeat < 1 or args.timing_jobs < 1:
             raise ValueError("--windows, --repeat and --timing-jobs must be >= 1")
-        if not PHILLY.exists():
-            raise ValueError(f"{PHILLY} not found (the shared Philly job table)")
+        if not Path(args.trace).exists():
+            raise ValueError(f"{args.trace} not found")
         timing(args) if args.timing else sensitivity(args)
     except Exception as exc:  # one line, no traceback, non-zero exit
         print(f"tiresias_sensitivity: {exc}", file=sys.stderr)
