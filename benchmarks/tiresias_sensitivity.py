@@ -4,9 +4,9 @@ Cuts the Philly 2017 job table into ``--windows`` windows of ``--length-h`` hour
 evenly over the trace, rescales each to every offered load in ``--loads`` on one fleet
 (``--cluster``), declares every job preemptible (Tiresias preempts only preemptible
 jobs; Philly's table declares none), and replays each (window, load) case under every
-variant. A variant is ``NAME[:KEY=VALUE,...]``: a registered policy with parameters,
-``thresholds`` written ``3250/7200`` (GPU-seconds), e.g.
-``tiresias:thresholds=14400,promote_knob=2``. Prints, per variant, the mean over cases
+variant. A variant is a policy string ``NAME[:KEY=VALUE,...]`` as ``--policy`` takes it
+(:func:`rlsched.policies.base.parse_policy_string`; ``thresholds`` written ``3250/7200``,
+GPU-seconds), e.g. ``tiresias:thresholds=14400,promote_knob=2``. Prints, per variant, the mean over cases
 of its mean JCT divided by the baseline's (``--baseline``, weighted-priority) - the
 mean of ratios - the same per load, the worst and best case, preemptions per case and
 replay time; then every case's ratio (``--per-window``)::
@@ -46,27 +46,6 @@ DEFAULT_VARIANTS = (
     "fifo",
     "sjf:oracle=1",                            # told true durations: a reference, not a scheduler
 )
-
-
-def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
-    """``(policy name, parameters)`` of ``NAME[:KEY=VALUE,...]``; raises ValueError naming the bad part."""
-    name, _, rest = text.partition(":")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"bad variant {text!r}: parameters are KEY=VALUE, got {item!r}")
-        try:
-            if key == "thresholds":
-                params[key] = tuple(float(v) for v in value.split("/") if v)
-            elif value.lower() in ("true", "false"):
-                params[key] = value.lower() == "true"
-            else:
-                num = float(value)
-                params[key] = bool(num) if key in ("preempt", "oracle") else num
-        except ValueError:
-            raise ValueError(f"bad variant {text!r}: {key} takes a number, got {value!r}") from None
-    return name, params
 
 
 def cases(trace_path: str, windows: int, length_h: float, loads: list[float], cluster: str,
@@ -112,9 +91,8 @@ def replay(cluster: str, jobs: list[Any], variant: str) -> tuple[float, int, flo
     from rlsched.policies import make_policy
     from rlsched.sim import Engine
 
-    name, params = parse_variant(variant)
     t0, c0 = time.perf_counter(), time.process_time()
-    report = Engine(parse_cluster(cluster), jobs).run(make_policy(name, **params))
+    report = Engine(parse_cluster(cluster), jobs).run(make_policy(variant))
     return report.mean_jct_s, report.preemptions, time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -122,8 +100,10 @@ def sensitivity(args: argparse.Namespace) -> None:
     loads = [float(x) for x in args.loads.split(",")]
     variants = [args.baseline] + [v for v in (args.variants.split(";") if args.variants else DEFAULT_VARIANTS)
                                   if v != args.baseline]
+    from rlsched.policies import make_policy
+
     for v in variants:
-        parse_variant(v)
+        make_policy(v)  # a bad variant fails here, before any replay
     starts = [float(x) for x in args.start_hours.split(",")] if args.start_hours else None
     runs = cases(args.trace, args.windows, args.length_h, loads, args.cluster, starts)
     ratio: dict[str, list[float]] = {v: [] for v in variants}

@@ -64,9 +64,45 @@ def available() -> dict[str, str]:
     return {k: v[1] for k, v in sorted(_REGISTRY.items())}
 
 
+def parse_policy_string(text: str) -> tuple[str, dict[str, Any]]:
+    """``(name, parameters)`` of ``NAME[:KEY=VALUE,...]`` (``tiresias:thresholds=3250/7200,promote_knob=2``).
+
+    A value is an integer, a number, ``true``/``false``, numbers joined by ``/`` (a
+    tuple, e.g. thresholds) or else a string. Raises :class:`ScenarioError` naming the bad part.
+    """
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ScenarioError(f"policy {text!r}: parameters are KEY=VALUE, got {item!r}")
+        key, value = key.strip(), value.strip()
+        if value.lower() in ("true", "false"):
+            params[key] = value.lower() == "true"
+            continue
+        try:
+            if "/" in value:
+                params[key] = tuple(float(v) for v in value.split("/") if v)
+            else:
+                params[key] = int(value) if value.lstrip("+-").isdigit() else float(value)
+        except ValueError:
+            if "/" in value:
+                raise ScenarioError(f"policy {text!r}: {key} takes numbers joined by '/', got {value!r}") from None
+            params[key] = value
+    return name.strip(), params
+
+
 def make_policy(name: str, **params: Any) -> Scheduler:
-    """Build a registered scheduler by name; unknown names get a did-you-mean error."""
+    """Build a registered scheduler by name (``NAME:KEY=VALUE,...`` also sets parameters).
+
+    Unknown names get a did-you-mean error; bad parameters one line naming the policy.
+    """
     _load_builtin()
+    label = None
+    if ":" in name:
+        label = name.strip()  # reports tell the variants apart
+        name, parsed = parse_policy_string(name)
+        params = {**parsed, **params}
     if name not in _REGISTRY:
         close = difflib.get_close_matches(name, list(_REGISTRY), n=2)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
@@ -74,6 +110,8 @@ def make_policy(name: str, **params: Any) -> Scheduler:
     cls = _REGISTRY[name][0]
     try:
         sched: Scheduler = cls(**params)
+        if label is not None:
+            sched.name = label
         return sched
     except (TypeError, ValueError) as exc:
         raise ScenarioError(f"bad parameters for policy {name!r}: {exc}") from None

@@ -299,6 +299,26 @@ def test_tiresias_does_not_depend_on_string_hashing() -> None:
     assert ", 1)" in next(iter(outs))  # something was preempted
 
 
+def test_policy_strings_set_parameters() -> None:
+    from rlsched.policies.base import parse_policy_string
+
+    assert parse_policy_string("tiresias:thresholds=3250/7200,promote_knob=2") == (
+        "tiresias", {"thresholds": (3250.0, 7200.0), "promote_knob": 2})
+    assert parse_policy_string("sjf:oracle=true") == ("sjf", {"oracle": True})
+    assert parse_policy_string("spot-fallback:max_step=4,risk_factor=0.25") == (
+        "spot-fallback", {"max_step": 4, "risk_factor": 0.25})
+    pol = make_policy("tiresias:thresholds=14400,promote_knob=8,preempt=false")
+    assert (pol.thresholds, pol.promote_knob, pol.preempt) == ((14400.0,), 8.0, False)  # type: ignore[attr-defined]
+    assert pol.name == "tiresias:thresholds=14400,promote_knob=8,preempt=false"  # reports tell variants apart
+    assert make_policy("tiresias:thresholds=14400", promote_knob=1.0).promote_knob == 1.0  # type: ignore[attr-defined]
+    with pytest.raises(ScenarioError, match="parameters are KEY=VALUE"):
+        make_policy("tiresias:14400")
+    with pytest.raises(ScenarioError, match="thresholds takes numbers joined by '/'"):
+        make_policy("tiresias:thresholds=1/x")
+    with pytest.raises(ScenarioError, match="bad parameters for policy 'tiresias'"):
+        make_policy("tiresias:threshold=3600")
+
+
 @pytest.mark.parametrize("params", [{"thresholds": (-1.0,)}, {"thresholds": (10.0, 10.0)},
                                     {"promote_knob": -1.0}, {"thresholds": ("x",)}])
 def test_tiresias_refuses_bad_parameters_in_one_line(params: dict[str, object]) -> None:
