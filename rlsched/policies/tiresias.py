@@ -55,7 +55,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
 from rlsched.cluster.feasibility import fits_pool_spec, gang_shape
-from rlsched.cluster.model import ClusterState, GangMode, JobRun, NodeStatus, Pool, RunState, Sharing
+from rlsched.cluster.model import ClusterState, GangMode, JobRun, NodeStatus, Placement, Pool, RunState, Sharing
 from rlsched.policies.base import QueueHeuristic, has_free_capacity, mig_reconfigurations, register
 
 #: queue thresholds in GPU-seconds: the Tiresias simulator's ``queue_limit`` for three queues.
@@ -117,6 +117,7 @@ class Tiresias(QueueHeuristic):
         self._ver: dict[str, int] = {}  # bumped at every start, stop and promotion (stale heap entries)
         self._level: dict[str, int] = {}  # queue of a tracked job (running or returned)
         self._running: dict[str, JobRun] = {}  # running at the last decision point
+        self._placed: dict[str, Placement | None] = {}  # their placements then
         self._victimish: set[str] = set()  # of those, preemptible on whole GPUs of an exclusive pool
         self._rank_of: dict[str, _Rank] = {}  # their ranks (see _rank)
         self._count = [0] * levels  # victimish jobs per queue
@@ -161,6 +162,7 @@ class Tiresias(QueueHeuristic):
     def _track_running(self, state: ClusterState, run: JobRun) -> None:
         jid = run.job.job_id
         self._running[jid] = run
+        self._placed[jid] = run.placement
         lvl = self._level[jid] = self.level(state, run)
         ver = self._bump(jid)
         pl = run.placement
@@ -181,11 +183,11 @@ class Tiresias(QueueHeuristic):
 
     def _untrack_running(self, jid: str) -> JobRun:
         run = self._running.pop(jid)
+        pl = self._placed.pop(jid)  # where it was tracked (it may have moved since)
         if jid in self._victimish:
             self._victimish.discard(jid)
             del self._rank_of[jid]
             self._count[self._level[jid]] -= 1
-            pl = run.placement
             for node_id, held in list(self._on_node.items()) if pl is None else (
                     (n, self._on_node[n]) for n in dict.fromkeys(n for n, _ in pl.gpus)):
                 held.pop(jid, None)
@@ -235,6 +237,10 @@ class Tiresias(QueueHeuristic):
             for jid in sorted(running.keys() - self._running.keys()):
                 self._remove_returned(jid)
                 self._track_running(state, running[jid])
+        placed = self._placed
+        moved = [jid for jid, run in running.items() if placed[jid] is not run.placement]
+        for jid in sorted(moved):  # stopped and started again since it was tracked (within one pass)
+            self._track_running(state, self._untrack_running(jid))
         now = state.time
         cross = self._cross
         while cross and cross[0][0] <= now:

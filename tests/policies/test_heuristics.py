@@ -299,6 +299,44 @@ def test_tiresias_does_not_depend_on_string_hashing() -> None:
     assert ", 1)" in next(iter(outs))  # something was preempted
 
 
+def test_tiresias_follows_a_job_another_rule_moved_between_its_decision_points() -> None:
+    # A rule in front (as node consolidation does) suspends V and restarts it on another node
+    # between two of Tiresias' decision points: V is running both times, on different GPUs, and
+    # Tiresias' per-node record of its candidate victims must follow it.
+    from rlsched.cluster.feasibility import node_candidates
+    from rlsched.policies.tiresias import Tiresias
+
+    class MoveV:
+        name = "move-v"
+
+        def __init__(self) -> None:
+            self.inner = Tiresias(thresholds=(50.0,))
+            self.moved = False
+
+        def reset(self, state: ClusterState) -> None:
+            self.inner.reset(state)
+
+        def decide(self, state: ClusterState) -> Iterator[Decision]:
+            run = state.running.get("V")
+            if run is not None and not self.moved and state.time >= 100:
+                self.moved = True
+                src = run.placement.nodes[0]  # type: ignore[union-attr]
+                yield Preempt("V", reason="move", checkpoint=True)
+                dst = next(n for n in state.nodes.values() if n.id != src and node_candidates(n, run.job, state.time))
+                yield Place("V", node_candidates(dst, run.job, state.time)[0])
+            yield from self.inner.decide(state)
+            tir = self.inner
+            tir._sync(state)
+            for jid in tir._victimish:
+                where = {n for n, _ in state.running[jid].placement.gpus}  # type: ignore[union-attr]
+                assert {n for n, held in tir._on_node.items() if jid in held} == where, jid
+
+    jobs = [job("V", 0, 1_000, preemptible=True), job("W", 0, 1_000, n=2, preemptible=True),
+            job("late", 100, 10)]
+    e, r, _ = _run([pool("p", nodes=2, gpus=3)], jobs, MoveV(), restart_overhead_s=0.0)
+    assert e.runs["V"].restarts >= 1 and r.jobs_completed == 3
+
+
 def test_policy_strings_set_parameters() -> None:
     from rlsched.policies.base import parse_policy_string
 
