@@ -235,6 +235,8 @@ class SchedulerService:
         self.metrics = ServiceMetrics()
         self.registry = self.metrics.registry
         self._lock = threading.RLock()
+        #: serialises reloads, which load the spec *outside* ``_lock`` so scheduling never waits on a parse
+        self._reload_lock = threading.Lock()
         self.backend: GpuBackend = get_backend(config.backend)
         self._spec, self._policy = self._load_spec(config.spec_paths, config.policy)
         self.store = Store(config.db_path, clock=clock)
@@ -1676,9 +1678,16 @@ class SchedulerService:
             SpecError: the new spec does not load (the old configuration stays).
             ServiceError: the policy block does not exist (the old configuration stays).
         """
-        with self._lock:
+        with self._reload_lock:
+            # Loading a spec is bounded (rlsched/spec/limits.py) but can take seconds for a large one: it
+            # happens before the scheduling lock is taken, so the loop and submissions go on meanwhile.
             paths = [Path(p) for p in spec_paths] if spec_paths else list(self.config.spec_paths)
             spec, decl = self._load_spec(paths, policy if policy is not None else self.config.policy)
+            return self._swap(spec, decl, paths, policy)
+
+    def _swap(self, spec: Spec, decl: PolicyDecl, paths: list[Path], policy: str | None) -> dict[str, Any]:
+        """Install a loaded spec and policy under the scheduling lock (the second half of :meth:`reload`)."""
+        with self._lock:
             previous = self._policy_label()
             sched, guard = self._build_scheduler(decl)
             kept = ""

@@ -318,3 +318,34 @@ def test_retention_removes_old_finished_jobs_and_their_files(tmp_path: Path) -> 
         out = svc.prune_history(now=svc.clock() + 7200.0)
         assert out["jobs"] == 2 and {r.id for r in svc.store.jobs()} == {held.id}
         assert svc.info()["jobs"]["done"] == 0
+
+
+def test_reload_loads_the_spec_outside_the_scheduling_lock(tmp_path: Path) -> None:
+    """However long a spec takes to load, scheduling and submissions do not wait for it (#17 item 9)."""
+    import threading
+
+    with service(tmp_path) as svc:
+        loading, finish = threading.Event(), threading.Event()
+        real_load = svc._load_spec
+
+        def slow_load(paths: list[Path], policy: str | None) -> object:
+            loading.set()
+            finish.wait(120)  # a load that lasts until the test has looked
+            return real_load(paths, policy)
+
+        svc._load_spec = slow_load  # type: ignore[method-assign,assignment]
+        spec = write_spec(tmp_path, scheduler="best_fit")
+        out: dict[str, object] = {}
+        reloader = threading.Thread(target=lambda: out.update(svc.reload([spec])))
+        reloader.start()
+        try:
+            assert loading.wait(60)
+            got = svc._lock.acquire(timeout=60)  # the old reload held it for the whole load: this timed out
+            assert got, "reload held the scheduling lock while it loaded the spec"
+            svc._lock.release()
+            job = svc.submit(SubmitRequest(["true"], gpus=1))  # and a submission goes through meanwhile
+            assert svc.job_status(job.id)["state"] in ("queued", "running", "done")
+        finally:
+            finish.set()
+            reloader.join(120)
+        assert out["scheduler"] == "best-fit"
