@@ -224,8 +224,13 @@ class Tiresias(QueueHeuristic):
         for d in (self._base, self._pend_mark, self._entry, self._ver, self._level):
             d.pop(jid, None)
 
-    def _sync(self, state: ClusterState) -> None:
-        """Reconcile the memory with the state: starts, stops, demotions and due promotions."""
+    def _sync(self, state: ClusterState, moves: bool = True) -> None:
+        """Reconcile the memory with the state: starts, stops, demotions and due promotions.
+
+        ``moves``: also look for jobs stopped and started again since they were tracked (only
+        another rule can do that; within one of this policy's passes a suspended job is not
+        walked again, so the end-of-pass reconciliation skips the look).
+        """
         running = state.running
         if self._running.keys() != running.keys():
             for jid in sorted(self._running.keys() - running.keys()):  # sorted: set order follows string hashing
@@ -237,10 +242,11 @@ class Tiresias(QueueHeuristic):
             for jid in sorted(running.keys() - self._running.keys()):
                 self._remove_returned(jid)
                 self._track_running(state, running[jid])
-        placed = self._placed
-        moved = [jid for jid, run in running.items() if placed[jid] is not run.placement]
-        for jid in sorted(moved):  # stopped and started again since it was tracked (within one pass)
-            self._track_running(state, self._untrack_running(jid))
+        if moves:
+            placed = self._placed
+            moved = [jid for jid, run in running.items() if placed[jid] is not run.placement]
+            for jid in sorted(moved):  # stopped and started again since it was tracked
+                self._track_running(state, self._untrack_running(jid))
         now = state.time
         cross = self._cross
         while cross and cross[0][0] <= now:
@@ -381,7 +387,7 @@ class Tiresias(QueueHeuristic):
         ):
             yield WakeAt(self._next_scale)
         if acted:
-            self._sync(state)  # what this pass started and stopped: their demotions and promotions to wake for
+            self._sync(state, moves=False)  # what this pass started and stopped: demotions, promotions to wake for
         wake = now + 1.0 if self._stray else self._next_wake(state)
         if now < wake < math.inf and not (now < self._wake_at <= wake):
             self._wake_at = wake
