@@ -428,19 +428,25 @@ class Tiresias(QueueHeuristic):
     def _room_for(self, state: ClusterState, run: JobRun, level: int, gone: set[str]) -> list[JobRun] | None:
         """Victims (all of queue > ``level``) whose GPUs let ``run`` start now; None if no room can be made.
 
-        Among the possible rooms, the one whose most important victim is least important
-        wins, then the one suspending the fewest GPUs, then the first in pool and node order.
+        A room is one node (:meth:`_single_room`, over every pool whose nodes can hold the
+        job) or, in a pool whose nodes cannot, the pool's gang rule (:meth:`_gang_room`).
+        Among rooms, the one whose most important victim is least important wins, then the
+        one suspending the fewest GPUs, then the first found.
         """
         job = run.job
         best: tuple[tuple[float, ...], list[str]] | None = None
+        single_done = False
         for pool in state.pools.values():
             spec = pool.spec
             if spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
                 continue
             if job.num_gpus <= spec.gpus_per_node:
-                fits = self._single_room(state, run, level, gone)
-                return None if fits is None else [self._running[j] for j in fits]
-            found = self._gang_room(state, pool, run, level, gone)
+                if single_done:
+                    continue
+                single_done = True
+                found = self._single_room(state, run, level, gone)
+            else:
+                found = self._gang_room(state, pool, run, level, gone)
             if found:
                 key = self._key(found)
                 if best is None or key < best[0]:
@@ -457,8 +463,8 @@ class Tiresias(QueueHeuristic):
         """
         job = run.job
         need = job.num_gpus
-        pools = {name for name, p in state.pools.items()
-                 if p.spec.sharing is Sharing.EXCLUSIVE and fits_pool_spec(job, p.spec)}
+        pools = {name for name, p in state.pools.items() if p.spec.sharing is Sharing.EXCLUSIVE
+                 and need <= p.spec.gpus_per_node and fits_pool_spec(job, p.spec)}
         if not pools:
             return None
         if self._ranked is None:

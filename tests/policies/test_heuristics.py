@@ -240,6 +240,19 @@ def test_tiresias_preempts_a_gang_and_a_gang_preempts_for_whole_nodes() -> None:
     assert r.preemptions == 4
 
 
+def test_tiresias_weighs_a_node_room_against_a_gang_room_in_another_pool() -> None:
+    # Pool "eight" (one 8-GPU node) runs X; pool "four" (two 4-GPU nodes) runs the gang Y, submitted
+    # later, so of lower priority once both are demoted. A 6-GPU job fits a node of "eight" but is a
+    # gang in "four": it suspends Y, the least important victim, and runs there as 4 + 2.
+    jobs = [job("X", 0, 1_000, n=8, preemptible=True), job("Y", 1, 1_000, n=8, preemptible=True),
+            job("J", 100, 10, n=6)]
+    pools = [pool("eight", gpus=8), pool("four", nodes=2, gpus=4)]
+    e, _, rec = _run(pools, jobs, make_policy("tiresias", thresholds=(50.0,)), restart_overhead_s=0.0)
+    assert [d.job_id for _, d in rec.log if isinstance(d, Preempt)] == ["Y"]
+    assert e.runs["J"].first_start == pytest.approx(100.0)
+    assert rec.places()["J"][0][1] == "four"
+
+
 def test_tiresias_gang_preemption_needs_whole_nodes_by_default() -> None:
     # Two nodes of 2 GPUs; on each, one demoted preemptible job and one that is not preemptible.
     # A 3-GPU gang needs one whole node plus one GPU: no node can be emptied, so nobody is
