@@ -142,6 +142,10 @@ class QueueHeuristic:
     scale_interval_s: float = 30.0
     #: reconfigure idle MIG GPUs for blocked jobs whose profile has no free instance (dynamic MIG).
     mig_reconfigure: bool = True
+    #: replayed exactly as written: the engine's loop breaker (rlsched.policies.progress) does not
+    #: watch it - a heuristic is a baseline and the fallback itself (FIFO's dynamic MIG re-splits one
+    #: GPU hundreds of times while its head job waits; that is FIFO's result, not a hand-over's).
+    loop_exempt: bool = True
 
     def __init__(self, *, placement: PlacementRule = first_fit, autoscaler: QueueAutoscaler | None = None,
                  backfill: bool | None = None) -> None:

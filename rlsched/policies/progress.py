@@ -1,4 +1,4 @@
-"""Decision-loop detection: a scheduler that keeps deciding at one instant without progress.
+"""Decision-loop detection: a scheduler that keeps deciding without making progress.
 
 Time only moves when a scheduler's generator ends, so a scheduler that never stops
 yielding - or yields hundreds of decisions that undo each other - stalls the
@@ -14,17 +14,26 @@ applied and names a loop when it sees one:
   capacity bought and cancelled without use;
 * **no progress while jobs fit**: ``max_idle_decisions`` decisions in a row without a
   placement while some queued job could be placed right now (checked only when the
-  count is reached, and again every ``max_idle_decisions`` decisions).
+  count is reached, and again every ``max_idle_decisions`` decisions);
+* **MIG re-split churn**, across decision points: a GPU re-split ``max_resplits`` times
+  with nothing placed on it in between. A re-split keeps the GPU busy for a minute and
+  its end is an event, so a policy that re-splits idle GPUs at every decision point
+  never lets them serve and makes a decision point every minute for ever - measured on
+  ``envs/hybrid-openb-mig.yaml`` with the on-prem model unmasked: ~32 re-splits per
+  decision point, 9,159 decision points in 152 simulated hours, no job finished.
 
-A placement resets both. The simulator (:meth:`rlsched.sim.engine.Engine.run`, through
-:class:`LoopBreaker`) and the live guard (:class:`rlsched.runtime.guard.FallbackScheduler`)
-use the same detector: the decision that continues the loop is not applied, the
-scheduler's generator is closed and the rest of the decision point goes to the
-fallback heuristic (weighted-priority); the hand-over is counted (``loop_handovers``
-in ``rlsched simulate``'s results; ``decision-loop`` fallbacks and audit records live).
-The thresholds are far above what any heuristic or rule does at one instant (a
-heuristic yields placements; a rule's preemptions come with the placements they make
-room for), so the detector only ever changes a run that was looping.
+A placement resets the first two (and, on its GPU, the third). The simulator
+(:meth:`rlsched.sim.engine.Engine.run`, through :class:`LoopBreaker`) and the live guard
+(:class:`rlsched.runtime.guard.FallbackScheduler`) use the same detector: the decision
+that continues the loop is not applied, the scheduler's generator is closed and the
+rest of the decision point goes to the fallback heuristic (weighted-priority); the
+hand-over is counted (``loop_handovers`` in ``rlsched simulate``'s results;
+``decision-loop`` fallbacks and audit records live). The heuristics are not watched
+(``loop_exempt``: they are the baselines and the fallback, replayed as written); watched,
+eleven of the twelve would hand over nothing on the bundled scenario, but FIFO, whose head
+job blocks everything behind it, has its dynamic MIG re-split one GPU hundreds of times.
+A rule's preemptions come with the placements they make room for, so a model's rules
+do not trip it either.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from rlsched.cluster.decisions import Decision, Place, Scale
+from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import pool_candidates
 from rlsched.cluster.model import ClusterState
 from rlsched.policies.base import Scheduler, has_free_capacity
@@ -50,14 +59,18 @@ class LoopConfig:
             which a job that fits means the scheduler is looping.
         max_reversals: direction changes of one pool's scaling, at one decision point
             with nothing placed, that make a loop (2: up, down, up).
+        max_resplits: re-splits of one MIG GPU with nothing placed on it in between that
+            make a loop (3: the heuristics' dynamic MIG may re-split an idle GPU for a job
+            that then starts elsewhere, and again for another; a third unused layout is churn).
     """
 
     max_idle_decisions: int = 64
     max_reversals: int = 2
+    max_resplits: int = 3
 
     def __post_init__(self) -> None:
-        if self.max_idle_decisions < 1 or self.max_reversals < 1:
-            raise ValueError("max_idle_decisions and max_reversals must be >= 1")
+        if self.max_idle_decisions < 1 or self.max_reversals < 1 or self.max_resplits < 1:
+            raise ValueError("max_idle_decisions, max_reversals and max_resplits must be >= 1")
 
 
 def fitting_job(state: ClusterState) -> str | None:
@@ -82,8 +95,8 @@ def fitting_job(state: ClusterState) -> str | None:
 class LoopDetector:
     """Names a decision loop at one decision point (see the module doc).
 
-    Call :meth:`start` at each decision point, then :meth:`check` with each decision
-    before applying it.
+    Call :meth:`reset` before a run, :meth:`start` at each decision point, then
+    :meth:`check` with each decision before applying it.
     """
 
     def __init__(self, config: LoopConfig | None = None) -> None:
@@ -91,6 +104,13 @@ class LoopDetector:
         self._idle = 0
         self._direction: dict[str, int] = {}
         self._reversals: dict[str, int] = {}
+        #: (node, GPU) -> re-splits since something was last placed on it (kept across decision points)
+        self._resplits: dict[tuple[str, int], int] = {}
+
+    def reset(self) -> None:
+        """A new run: forget everything, including the re-split counts."""
+        self.start()
+        self._resplits.clear()
 
     def start(self) -> None:
         """A new decision point: forget the previous one."""
@@ -102,7 +122,17 @@ class LoopDetector:
         """None if ``decision`` may be applied; else why it continues a loop (it should not be)."""
         if isinstance(decision, Place):
             self.start()
+            if self._resplits:
+                for gpu in decision.placement.gpus:
+                    self._resplits.pop(gpu, None)
             return None
+        if isinstance(decision, Reconfigure):
+            key = (decision.node_id, decision.gpu_index)
+            n = self._resplits.get(key, 0) + 1
+            if n >= self.config.max_resplits:
+                return (f"GPU {decision.gpu_index} of {decision.node_id} re-split {n} times with nothing "
+                        f"placed on it")
+            self._resplits[key] = n
         if isinstance(decision, Scale) and decision.delta != 0:
             sign = 1 if decision.delta > 0 else -1
             name = decision.pool
@@ -138,7 +168,7 @@ class LoopBreaker:
             fallback = WeightedPriority()
         self.fallback = fallback
         self.detector = LoopDetector(config)
-        #: hand-overs per reason kind ("scale alternation", "no progress")
+        #: hand-overs per reason kind ("scale alternation", "MIG churn", "no progress")
         self.handovers: dict[str, int] = {}
         #: the last hand-over's full reason (for logs)
         self.last_reason = ""
@@ -150,6 +180,7 @@ class LoopBreaker:
 
     def reset(self, state: ClusterState) -> None:
         self.fallback.reset(state)
+        self.detector.reset()
         self.handovers.clear()
         self.last_reason = ""
 
@@ -181,5 +212,7 @@ class LoopBreaker:
 
 
 def loop_kind(reason: str) -> str:
-    """The short kind of a :meth:`LoopDetector.check` reason: ``scale alternation`` or ``no progress``."""
-    return "scale alternation" if "scaled up and down" in reason else "no progress"
+    """The kind of a :meth:`LoopDetector.check` reason: ``scale alternation``, ``MIG churn``, ``no progress``."""
+    if "scaled up and down" in reason:
+        return "scale alternation"
+    return "MIG churn" if "re-split" in reason else "no progress"

@@ -13,7 +13,7 @@ service drive it like any policy. It:
   alternation, many decisions with nothing placed while a job fits; the simulator's
   :class:`~rlsched.policies.progress.LoopDetector`): the decision that would continue
   the loop is not yielded and the rest of the decision point goes to the heuristic
-  (reason ``decision-loop``);
+  (reason ``decision-loop``). A heuristic primary (``loop_exempt``) is not watched;
 * on any failure at a decision point, hands the REST of that decision point to
   the heuristic (decisions already applied stay applied: they were legal);
 * says why, with one of the :class:`~rlsched.runtime.audit.FallbackReason`
@@ -301,6 +301,7 @@ class FallbackScheduler:
         """Reset both schedulers and the breaker (a fresh run); a failing primary reset is a load failure."""
         self.fallback.reset(state)
         self._failures.clear()
+        self._loop.reset()
         self._breaker = BreakerState.CLOSED
         self._needs_reset = True
         if self._unavailable is None or self.clock() >= self._retry_at:
@@ -374,8 +375,9 @@ class FallbackScheduler:
         """Yield the primary's decisions that are legal and on time; raise _Failure at the first that is not."""
         budget = self.config.latency_budget_s
         timed = self._timed(state, primary)
-        loop = self._loop
-        loop.start()
+        loop = None if getattr(primary, "loop_exempt", False) else self._loop
+        if loop is not None:
+            loop.start()
         try:
             for d, dt in timed:
                 if isinstance(d, WakeAt) and not math.isfinite(d.time):
@@ -387,7 +389,7 @@ class FallbackScheduler:
                 if why is not None:
                     self.refused += 1
                     raise _Failure(FallbackReason.ILLEGAL_ACTION, why, d, dt)
-                looping = loop.check(state, d)
+                looping = loop.check(state, d) if loop is not None else None
                 if looping is not None:
                     raise _Failure(FallbackReason.DECISION_LOOP, looping, d, dt)
                 self.primary_decisions += 1

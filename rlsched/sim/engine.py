@@ -720,28 +720,39 @@ class Engine:
 
         Each decision point goes through a :class:`~rlsched.policies.progress.LoopBreaker`:
         a scheduler caught in a decision loop without progress (scale up/down alternation,
-        many decisions with nothing placed while a job fits) has the rest of that decision
-        point decided by the fallback heuristic, counted in ``Report.loop_handovers``.
+        MIG re-split churn, many decisions with nothing placed while a job fits) has the rest
+        of that decision point decided by the fallback heuristic, counted in
+        ``Report.loop_handovers``. Schedulers with ``loop_exempt = True`` (the heuristics:
+        baselines, and the fallback itself) are replayed as written unless ``loop_breaker``
+        is given.
 
         Args:
             scheduler: anything with ``decide(state) -> Iterable[Decision]``.
             progress: called now and then as ``progress(jobs_finished, jobs_total,
                 simulated_seconds)``; jobs finished count completed, unschedulable and
                 skipped jobs alike (each job ends as exactly one of them).
-            loop_breaker: the loop detector and its fallback (default: weighted-priority).
+            loop_breaker: the loop detector and its fallback (default: weighted-priority,
+                for every scheduler that is not ``loop_exempt``).
         """
         wall0 = _time.perf_counter()
         reset = getattr(scheduler, "reset", None)
         if callable(reset):
             reset(self.state)
-        breaker = loop_breaker or LoopBreaker()
-        breaker.reset(self.state)
+        breaker = loop_breaker
+        if breaker is None and not getattr(scheduler, "loop_exempt", False):
+            breaker = LoopBreaker()
+        if breaker is not None:
+            breaker.reset(self.state)
         self.loop_breaker = breaker
         total = len(self.jobs)
         tick = max(total // 200, 1)
         last_tick = -1
         while self.advance():
-            breaker.drive(scheduler, self.state, self.apply)
+            if breaker is not None:
+                breaker.drive(scheduler, self.state, self.apply)
+            else:
+                for decision in scheduler.decide(self.state):
+                    self.apply(decision)
             if progress is not None:
                 ended = self.jobs_ended
                 if ended // tick != last_tick:

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from rlsched.cluster.decisions import Decision, Place, Scale, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import candidates
 from rlsched.cluster.model import ClusterState, PoolKind
 from rlsched.policies import make_policy
 from rlsched.policies.progress import LoopBreaker, LoopConfig, LoopDetector, fitting_job
 from rlsched.scenario import load_scenario
-from rlsched.sim import Engine
+from rlsched.sim import Engine, SimConfig
 from tests.sim.helpers import FakeMarket, job, pool
 
 
@@ -109,10 +109,51 @@ def test_detector_needs_a_job_that_fits_and_a_placement_resets_it() -> None:
         LoopConfig(max_idle_decisions=0)
 
 
-def test_heuristics_never_trip_the_detector_on_the_bundled_scenario() -> None:
+def test_heuristics_are_replayed_as_written_and_would_not_trip_the_detector() -> None:
     sc = load_scenario(None)
     jobs = sorted(sc.jobs, key=lambda j: j.submit_time)[:400]
+    # the heuristics are baselines (and the fallback): the engine does not watch them unless told to
+    e = Engine(sc.pools, jobs, sc.market, sc.sim)
+    e.run(make_policy("fifo"))
+    assert e.loop_breaker is None
     for name in ("weighted-priority", "tiresias", "spot-fallback", "fgd"):
         breaker = LoopBreaker()
         report = Engine(sc.pools, jobs, sc.market, sc.sim).run(make_policy(name), loop_breaker=breaker)
         assert report.loop_handovers == 0 and breaker.handovers == {}, name
+
+
+class Churning:
+    """Re-splits the idle MIG GPU at every decision point, alternating two layouts, and places nothing."""
+
+    name = "churning"
+    layouts = (("1g.10gb",) * 7, ("3g.40gb", "3g.40gb"))  # the GPU starts in the second
+
+    def __init__(self) -> None:
+        self.splits = 0
+
+    def reset(self, state: ClusterState) -> None:
+        self.splits = 0
+
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        from rlsched.cluster.feasibility import reconfigure_check
+
+        node = next(iter(state.nodes.values()))
+        layout = self.layouts[self.splits % 2]
+        if reconfigure_check(state, node.id, 0, layout) is None:
+            self.splits += 1
+            yield Reconfigure(node.id, 0, layout)
+
+
+def test_mig_churn_across_decision_points_is_handed_over() -> None:
+    # one on-prem MIG GPU and one 3g job: every re-split keeps the GPU busy for a minute and its end is
+    # the next decision point, so without the detector the GPU re-splits for ever and the job never runs
+    from rlsched.cluster.model import Sharing
+
+    pools = [pool("mig", nodes=1, gpus=1, sharing=Sharing.MIG, layout=("3g.40gb", "3g.40gb"))]
+    e = Engine(pools, [job("j", 0.0, 600.0, gpu_milli=400)], FakeMarket(), SimConfig(horizon_s=86400.0))
+    sched = Churning()
+    report = e.run(sched)
+    assert report.jobs_completed == 1
+    assert e.loop_breaker is not None and e.loop_breaker.handovers == {"MIG churn": 1}
+    assert "re-split 3 times with nothing placed on it" in e.loop_breaker.last_reason
+    assert sched.splits == 3  # two applied, the third refused and handed over
