@@ -171,7 +171,7 @@ class Tiresias(QueueHeuristic):
         if state.pools[pl.pool].spec.sharing is not Sharing.EXCLUSIVE:
             return
         self._victimish.add(jid)
-        self._rank_of[jid] = (lvl, -run.job.submit_time, jid)
+        self._rank_of[jid] = (lvl, run.job.submit_time, jid)
         self._count[lvl] += 1
         for node_id, _ in pl.gpus:
             held = self._on_node.setdefault(node_id, {})
