@@ -264,6 +264,36 @@ class Tiresias(QueueHeuristic):
                 self._entry[jid] = now
                 self._add_returned(state, run)  # queue 0, at its tail
 
+    def _cannot_fit(self, state: ClusterState) -> set[tuple[object, ...]]:
+        """Queued request shapes too large for the free GPUs right now (a necessary-condition test).
+
+        A shape that fits one node needs a node with as many free GPUs; a larger one at least
+        ``n // G`` free whole nodes (whole-nodes gangs) and ``n`` free GPUs in one pool. Only
+        for clusters of exclusive pools (otherwise: the empty set). These shapes count as
+        already failed, so a pass stops walking the queue once every other shape has failed.
+        """
+        if not self._whole_only:
+            return set()
+        caps = []
+        for pool in state.pools.values():
+            size = pool.spec.gpus_per_node
+            most = whole = total = 0
+            for nd in pool.nodes.values():
+                if nd.status is NodeStatus.READY:
+                    f = nd.free_whole
+                    total += f
+                    most = max(most, f)
+                    whole += f == size
+            caps.append((size, most, whole, total, pool.spec.gang is GangMode.WHOLE_NODES))
+        out = set()
+        for shape in state.queue_shapes:
+            n = shape[0]
+            assert isinstance(n, int)
+            if not any((n <= most) if n <= size else (total >= n and (not whole_rule or whole >= n // size))
+                       for size, most, whole, total, whole_rule in caps):
+                out.add(shape)
+        return out
+
     def _next_wake(self, state: ClusterState) -> float:
         """The next demotion of a running candidate victim or promotion of a waiting job (inf: none)."""
         nxt = math.inf
@@ -331,7 +361,7 @@ class Tiresias(QueueHeuristic):
         gone: set[str] = set()
         scale_now = self._elastic and now >= self._next_scale
         cap = max(self.scale_scan if scale_now else 0, 8 if self._mig else 0)
-        failed: set[tuple[object, ...]] = set()
+        failed: set[tuple[object, ...]] = self._cannot_fit(state)
         no_room: set[tuple[object, ...]] = set()
         blocked: list[JobRun] = []
         n_shapes = len(state.queue_shapes)
@@ -368,7 +398,8 @@ class Tiresias(QueueHeuristic):
                         yield Place(job.job_id, placement)
                         if self._can_place(state):  # a victim left GPUs over: shapes may fit again
                             can_place = True
-                            failed.clear()
+                            failed = self._cannot_fit(state)
+                            n_shapes = len(state.queue_shapes)  # the victims' shapes are queued now
                         continue
             if len(blocked) < cap:
                 blocked.append(run)
