@@ -49,6 +49,10 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert (tmp_path / "model" / "MODEL_CARD.md").read_text().startswith("# Model card: smoke")
     # the demand forecaster: fitted on the training window, saved, scored against seasonal-naive
     assert (tmp_path / "model" / "forecaster.json").exists()
+    # the action kinds its training fleet (the bundled hybrid one) offered, for masking when served
+    actions = json.loads((tmp_path / "model" / "actions.json").read_text())
+    assert actions["place"] == ["ondemand", "onprem", "spot"] and actions["reconfigure"] == ["onprem"]
+    assert "trained actions: place: ondemand,onprem,spot; reconfigure: onprem" in proc.stdout
     fc = card["forecast"]
     assert fc["model"] == "smoothed-seasonal" and fc["file"] == "forecaster.json"
     assert fc["fitted_on"]["bundled-default"]["fit_range_s"][1] <= 12 * 3600.0  # the training window [0, 12] h
