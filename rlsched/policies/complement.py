@@ -49,8 +49,12 @@ class Complement:
         self.place_pools: frozenset[str] = frozenset()
         self.reconfigure_pools: frozenset[str] = frozenset()
         self.scale_up_pools: frozenset[str] = frozenset()
-        #: False when the model owns every action the fleet offers: nothing to complement
-        self.active = False
+
+    @property
+    def active(self) -> bool:
+        """False when the model owns every action the fleet offers (or the rest is switched off)."""
+        return bool(self.place_pools or self.scale_up_pools
+                    or (self.reconfigure_pools and self.heuristic.mig_reconfigure))
 
     def _not_owned(self, state: ClusterState, action: str) -> frozenset[str]:
         return frozenset(p.name for i, p in enumerate(state.pools.values())
@@ -64,7 +68,6 @@ class Complement:
                                            if pools[n].spec.sharing is Sharing.MIG)
         self.scale_up_pools = frozenset(n for n in self._not_owned(state, "scale_up")
                                         if pools[n].spec.kind.elastic)
-        self.active = bool(self.place_pools or self.reconfigure_pools or self.scale_up_pools)
         self.heuristic.reset(state)
 
     def _place(self, state: ClusterState, run: JobRun) -> Placement | None:
@@ -88,7 +91,7 @@ class Complement:
         return isinstance(decision, WakeAt)  # a wake-up for its own next scan; never a preemption
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
-        """The heuristic's decisions about what the model does not own."""
+        """The heuristic's decisions about what the model does not own (none when inactive: no queue scan)."""
         if not self.active:
             return
         for d in self.heuristic.decide(state):

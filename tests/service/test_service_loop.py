@@ -45,6 +45,8 @@ def test_the_default_model_is_served_inside_its_record_and_a_loop_falls_back_aud
         assert primary.model.trained_actions.describe().startswith("place: onprem; reconfigure: -")  # type: ignore[attr-defined]
         complement = primary.complement  # type: ignore[attr-defined]
         assert complement is not None and not complement.heuristic.mig_reconfigure
+        # every pool here is on-prem: the model places in both, so with re-splits off nothing is left to it
+        assert complement.reconfigure_pools == {"mig"} and not complement.active
         alloc = next(r for r in svc.audit(job=first.id) if r.event is AuditEvent.ALLOCATION)
         assert alloc.policy.startswith("rl:")  # the model itself placed it
         assert guard.fallbacks_by_reason.get("decision-loop", 0) == 0
