@@ -147,3 +147,18 @@ def test_the_trainer_records_what_its_training_fleets_offer() -> None:
     spot = TrainedActions.from_dict(json.loads((ROOT / "models" / "spot" / ACTIONS_FILE).read_text()))
     assert spot.describe() == ("place: ondemand,spot; reconfigure: -; scale up: ondemand,spot; "
                                "scale down: ondemand,spot; wait")
+
+
+def test_simulate_names_a_corrupted_record_in_one_line(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    folder = tmp_path / "m"
+    shutil.copytree(DEFAULT_MODEL, folder)
+    (folder / ACTIONS_FILE).write_text('{"format": 1, "place": "onprem"}')
+    cmd = [sys.executable, "-m", "rlsched", "simulate", "-q", "-p", f"ppo:{folder}", "--max-jobs", "10"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {folder / ACTIONS_FILE}: corrupted ('place' must be a list of pool kinds (onprem, ondemand, spot))"]
