@@ -560,6 +560,7 @@ def train(
                         "holdout_relative": ho["relative"] if ho else None},
             "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
             "command": f"rlsched train {exp.source}",
+            "trained_actions": trained_actions.to_dict(),
             "forecast": forecast_card,
             **{name: exp.rule_params().get(name) for name in RULE_PARAMS},
         }
@@ -666,6 +667,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
+        *([f"- trained actions (`actions.json`; the rest is masked and left to weighted-priority when served): "
+           f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
         *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
         "",
         f"On the evaluation windows the policy's mean JCT is {ratio_text(rel.get('jct_vs_weighted_priority'))}x "

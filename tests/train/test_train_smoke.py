@@ -53,6 +53,7 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     actions = json.loads((tmp_path / "model" / "actions.json").read_text())
     assert actions["place"] == ["ondemand", "onprem", "spot"] and actions["reconfigure"] == ["onprem"]
     assert "trained actions: place: ondemand,onprem,spot; reconfigure: onprem" in proc.stdout
+    assert "- trained actions (`actions.json`" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
     fc = card["forecast"]
     assert fc["model"] == "smoothed-seasonal" and fc["file"] == "forecaster.json"
     assert fc["fitted_on"]["bundled-default"]["fit_range_s"][1] <= 12 * 3600.0  # the training window [0, 12] h
