@@ -162,3 +162,23 @@ def test_simulate_names_a_corrupted_record_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"error: {folder / ACTIONS_FILE}: corrupted ('place' must be a list of pool kinds (onprem, ondemand, spot))"]
+
+
+def test_simulate_reports_the_hand_overs_of_a_looping_model(tmp_path: Path) -> None:
+    # the shipped network with every action allowed (no masking): the simulator's loop breaker catches it
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    folder = tmp_path / "unmasked"
+    shutil.copytree(DEFAULT_MODEL, folder)
+    (folder / ACTIONS_FILE).write_text(json.dumps(TrainedActions.unrestricted("test").to_dict()))
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "rlsched", "simulate", "-p", f"ppo:{folder}", "--max-jobs", "100", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    n = json.loads(out.read_text())["results"][0]["loop_handovers"]
+    assert n > 0
+    assert f"ppo:unmasked: {n} decision points handed to weighted-priority (a decision loop without progress)" \
+        in " ".join(proc.stdout.split())
