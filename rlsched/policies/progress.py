@@ -60,8 +60,9 @@ class LoopConfig:
         max_reversals: direction changes of one pool's scaling, at one decision point
             with nothing placed, that make a loop (2: up, down, up).
         max_resplits: re-splits of one MIG GPU with nothing placed on it in between that
-            make a loop (3: the heuristics' dynamic MIG may re-split an idle GPU for a job
-            that then starts elsewhere, and again for another; a third unused layout is churn).
+            make a loop (3: dynamic MIG - a served model's complement, say - may re-split an
+            idle GPU for a job that then starts elsewhere, and again for another; a third
+            unused layout is churn).
     """
 
     max_idle_decisions: int = 64
@@ -93,7 +94,7 @@ def fitting_job(state: ClusterState) -> str | None:
 
 
 class LoopDetector:
-    """Names a decision loop at one decision point (see the module doc).
+    """Names a decision loop: within a decision point, or MIG churn across them (see the module doc).
 
     Call :meth:`reset` before a run, :meth:`start` at each decision point, then
     :meth:`check` with each decision before applying it.
@@ -113,7 +114,7 @@ class LoopDetector:
         self._resplits.clear()
 
     def start(self) -> None:
-        """A new decision point: forget the previous one."""
+        """A new decision point: forget the previous one's decisions (not the re-split counts)."""
         self._idle = 0
         self._direction.clear()
         self._reversals.clear()
