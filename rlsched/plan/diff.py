@@ -255,6 +255,18 @@ def _decl_attrs(decl: Any, drop: Iterable[str]) -> dict[str, Any]:
     return dict(_jsonable(d))
 
 
+#: pool attributes added after states were first written, with the value a record without them
+#: had: an older state's pool compares equal to a spec that leaves them at their default
+_POOL_ADDED_DEFAULTS: dict[str, Any] = {"gang": "whole-nodes"}
+
+
+def _recorded(type_: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """A state record's attributes, completed with :data:`_POOL_ADDED_DEFAULTS` for a pool."""
+    if type_ != "pool":
+        return dict(attributes)
+    return {**_POOL_ADDED_DEFAULTS, **attributes}
+
+
 def pool_attributes(p: PoolDecl) -> dict[str, Any]:
     """A pool's declared attributes; membership (``nodes``) lives in node objects, not here."""
     return _decl_attrs(p, ("nodes",))
@@ -379,8 +391,9 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
             rec = st.get(type_, name)
             if rec is None:
                 changes.append(Change(type_, name, name, Action.CREATE, None, attrs, depends_on=deps))
-            elif _jsonable(rec.attributes) != attrs:
-                changes.append(Change(type_, name, name, Action.UPDATE, rec.attributes, attrs, depends_on=deps))
+            elif _jsonable(_recorded(type_, rec.attributes)) != attrs:
+                changes.append(Change(type_, name, name, Action.UPDATE, _recorded(type_, rec.attributes), attrs,
+                                      depends_on=deps))
         for orec in st.of_type(type_):
             if orec.name in want:
                 continue

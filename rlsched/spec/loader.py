@@ -621,7 +621,7 @@ class _Loader:
     def pool(self, blk: _Block, name: str) -> tuple[PoolDecl, dict[str, tuple[Any, A.Attribute]]] | None:
         vals = blk.attrs(("gpu_model", "capacity", "nodes", "node_count", "min_nodes", "max_nodes",
                           "gpus_per_node", "gpus", "mig", "mig_layout", "timeslice_replicas", "cost_per_gpu_hour",
-                          "region", "display_name"), ("gpu_model",))
+                          "region", "gang", "display_name"), ("gpu_model",))
         nested = blk.blocks(("spot_market", "disruption", "lifecycle"))
         model = ""
         if "gpu_model" in vals and has_unknown(vals["gpu_model"][0]):
@@ -648,6 +648,7 @@ class _Loader:
         replicas = blk.field(vals, "timeslice_replicas", _integer(1))
         cost = blk.field(vals, "cost_per_gpu_hour", _number(0))
         region = blk.field(vals, "region", _string, "")
+        gang = blk.field(vals, "gang", _enum("whole-nodes", "packed"), "whole-nodes")
         display = blk.field(vals, "display_name", _string, "")
         rng = blk.block.rng
         if "nodes" in vals and "node_count" in vals:
@@ -734,7 +735,7 @@ class _Loader:
         decl = PoolDecl(name=name, gpu_model=model, capacity=capacity, nodes=nodes, node_count=node_count,
                         min_nodes=min_nodes, max_nodes=max_nodes, gpus_per_node=gpus_per_node, gpus=gpus,
                         mig_layout=layout, timeslice_replicas=replicas, cost_per_gpu_hour=cost, region=region,
-                        spot_market=spot, disruption=disruption, lifecycle=lifecycle, display_name=display,
+                        gang=gang, spot_market=spot, disruption=disruption, lifecycle=lifecycle, display_name=display,
                         range=rng)
         return decl, vals
 

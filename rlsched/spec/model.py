@@ -15,6 +15,8 @@ from rlsched.errors import RlschedError
 
 Severity = Literal["error", "warning"]
 Capacity = Literal["on_prem", "on_demand", "spot"]
+#: where a job larger than one node takes its GPUs (:class:`rlsched.cluster.model.GangMode`'s values)
+Gang = Literal["whole-nodes", "packed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class PoolDecl:
         timeslice_replicas: time-slicing replicas (None = no time-slicing).
         cost_per_gpu_hour: amortised / fixed price (None = market price).
         region: market region.
+        gang: gang placement of jobs larger than one node, ``whole-nodes`` (the default, as real
+            fleets) or ``packed`` (any free GPUs); the simulator and the live service both follow it.
         spot_market / disruption / lifecycle: nested blocks.
         display_name: free text.
     """
@@ -127,6 +131,7 @@ class PoolDecl:
     timeslice_replicas: int | None = None
     cost_per_gpu_hour: float | None = None
     region: str = ""
+    gang: Gang = "whole-nodes"
     spot_market: SpotMarketDecl | None = None
     disruption: DisruptionDecl = field(default_factory=DisruptionDecl)
     lifecycle: LifecycleDecl = field(default_factory=LifecycleDecl)

@@ -4,13 +4,14 @@
 hostnames has that many nodes; a counted pool has ``node_count``. On-prem pools
 are fixed (min = max); elastic pools scale between ``min_nodes`` (default 0) and
 ``max_nodes`` (default the node count) and start at ``min_nodes``, as the
-simulator's elastic pools do.
+simulator's elastic pools do. A pool's ``gang`` attribute becomes its
+:class:`GangMode`, so simulated and live pools place multi-node jobs by the same rule.
 """
 
 from __future__ import annotations
 
 from rlsched.cluster.catalog import CATALOG
-from rlsched.cluster.model import PoolKind, PoolSpec, Sharing
+from rlsched.cluster.model import GangMode, PoolKind, PoolSpec, Sharing
 from rlsched.spec.model import PoolDecl, Spec
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -47,6 +48,7 @@ def pool_spec(spec: Spec, pool: PoolDecl) -> PoolSpec:
         mig_layout=layout,
         cost_per_gpu_hour=pool.cost_per_gpu_hour,
         region=pool.region,
+        gang=GangMode(pool.gang),
     )
 
 

@@ -229,6 +229,32 @@ def test_config_update_shows_changed_attributes_only() -> None:
     assert p.summary.change == 1
 
 
+def test_gang_mode_change_is_an_in_place_pool_update_without_drains() -> None:
+    be = FakeBackend({"n1": 2})
+    spec = make_spec({"t": ("n1",)})
+    st = applied_state(spec, be)
+    assert st.get("pool", "t").attributes["gang"] == "whole-nodes"
+    packed = dataclasses.replace(spec, pools={"t": dataclasses.replace(spec.pools["t"], gang="packed")})
+    p = plan(packed, be.inventory(), st)
+    assert [(c.address, c.action) for c in p.actionable] == [("pool.t", Action.UPDATE)]
+    assert not any(c.disruptive for c in p.changes)
+    assert '  ~ pool "t" { ~ gang = "whole-nodes" -> "packed" }' in render_plan(p)
+    assert (p.summary.change, p.summary.add, p.summary.destroy) == (1, 0, 0)
+
+
+def test_state_written_before_gang_existed_plans_no_change() -> None:
+    # A pool record without "gang" was written when every pool placed gangs on whole nodes.
+    be = FakeBackend({"n1": 2})
+    spec = make_spec({"t": ("n1",)})
+    st = applied_state(spec, be)
+    old = st.get("pool", "t")
+    st.put(ResourceRecord("pool", "t", old.key, {k: v for k, v in old.attributes.items() if k != "gang"},
+                          old.observed, old.depends_on))
+    assert not plan(spec, be.inventory(), st).has_changes
+    packed = dataclasses.replace(spec, pools={"t": dataclasses.replace(spec.pools["t"], gang="packed")})
+    assert '~ gang = "whole-nodes" -> "packed"' in render_plan(plan(packed, be.inventory(), st))
+
+
 def test_prevent_destroy_blocks_pool_removal_and_node_release() -> None:
     be = FakeBackend({"n1": 1, "n2": 1})
     spec = make_spec({"t": ("n1", "n2")}, prevent_destroy=("t",))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlsched.cluster.model import PoolKind, Sharing
+from rlsched.cluster.model import GangMode, PoolKind, Sharing
 from rlsched.spec import SpecError, load_spec, to_pool_specs
 from rlsched.spec.gpu_names import resolve_gpu_name
 from tests.spec.conftest import ROOT, errors, hcl_md_example, load
@@ -103,6 +103,10 @@ BAD = [
      "Invalid duration", '"15m"', 5, 21),
     ("function", 'locals {\n  x = lenght([1])\n}\n', "Call to unknown function", 'Did you mean "length"?', 2, 7),
     ("operator", 'locals {\n  x = 1 + "a"\n}\n', "Invalid operand", '"+"', 2, 11),
+    ("gang", POOL.replace("}\n", '  gang = "whole_nodes"\n}\n'), "Invalid value",
+     '"whole_nodes" is not one of "whole-nodes", "packed". Did you mean "whole-nodes"?', 4, 10),
+    ("gang-type", POOL.replace("}\n", "  gang = true\n}\n"), "Incorrect attribute value type",
+     "gang: a string is required", 4, 10),
 ]
 
 
@@ -248,3 +252,13 @@ def test_spec_error_message_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load(tmp_path, 'locals {\n  a = local.b\n}\n')
     assert "main.hcl:2:" in str(info.value)
+
+
+@pytest.mark.parametrize(("line", "want"), [("", GangMode.WHOLE_NODES),
+                                            ('  gang = "whole-nodes"\n', GangMode.WHOLE_NODES),
+                                            ('  gang = "packed"\n', GangMode.PACKED)])
+def test_pool_gang_mode_reaches_the_pool_spec(tmp_path: Path, line: str, want: GangMode) -> None:
+    """A pool's ``gang`` (default whole nodes) is the gang mode of the PoolSpec the simulator and the service use."""
+    spec = load(tmp_path, POOL.replace("}\n", line + "}\n"))
+    assert spec.pools["p"].gang == want.value
+    assert to_pool_specs(spec)[0].gang is want
