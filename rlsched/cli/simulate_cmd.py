@@ -70,11 +70,19 @@ def complete_policy(incomplete: str) -> list[str]:
 
 @app.command("policies")
 def policies_cmd() -> None:
-    """List the schedulers selectable with --policy."""
+    """List the schedulers selectable with --policy, with the parameters NAME:KEY=VALUE,... sets."""
     from rlsched.policies import available
+    from rlsched.policies.base import parameters
 
     for name, summary in available().items():
-        _console.print(f"[bold]{name:18s}[/] {summary}")
+        _console.print(f"[bold]{name:18s}[/] {summary}", highlight=False)
+        params = parameters(name)
+        if params:
+            _console.print(" " * 19 + "parameters: " + ", ".join(f"{k}={v}" for k, v in params.items()),
+                           highlight=False, markup=False)
+    _console.print("\nSet parameters with --policy NAME:KEY=VALUE[,KEY=VALUE...] (a list as numbers joined by "
+                   "'/'), e.g. --policy tiresias:thresholds=14400,promote_knob=2; values above are the defaults.",
+                   highlight=False, markup=False)
 
 
 @app.command("simulate")

@@ -64,6 +64,43 @@ def available() -> dict[str, str]:
     return {k: v[1] for k, v in sorted(_REGISTRY.items())}
 
 
+def _policy_value(v: Any) -> str | None:
+    """``v`` written as a policy-string value (``true``, ``3250/7200``), None if a string cannot set it."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return f"{v:g}"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, tuple) and v and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+        return "/".join(f"{x:g}" for x in v)
+    return None
+
+
+def parameters(name: str) -> dict[str, str]:
+    """The parameters ``NAME:KEY=VALUE,...`` can set on a registered policy, with their defaults.
+
+    Read from the constructor's signature (keyword parameters with a default a policy
+    string can write: numbers, booleans, strings, numbers joined by ``/``), so the
+    list ``rlsched policies`` shows cannot drift from what :func:`make_policy` accepts.
+    """
+    import inspect
+
+    _load_builtin()
+    try:
+        sig = inspect.signature(_REGISTRY[name][0])
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, str] = {}
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.default is p.empty:
+            continue
+        text = _policy_value(p.default)
+        if text is not None:
+            out[p.name] = text
+    return out
+
+
 def parse_policy_string(text: str) -> tuple[str, dict[str, Any]]:
     """``(name, parameters)`` of ``NAME[:KEY=VALUE,...]`` (``tiresias:thresholds=3250/7200,promote_knob=2``).
 

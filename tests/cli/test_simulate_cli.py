@@ -109,6 +109,8 @@ def test_policies_lists_every_heuristic() -> None:
     assert proc.returncode == 0
     for name in ("weighted-priority", "fifo", "sjf", "tiresias", "best-fit", "fgd", "fair-share", "spot-fallback"):
         assert name in proc.stdout
+    assert "parameters: thresholds=3250/7200, promote_knob=0, preempt=true" in proc.stdout
+    assert "NAME:KEY=VALUE" in proc.stdout
 
 
 def test_policy_spec_yaml(tmp_path: Path) -> None:

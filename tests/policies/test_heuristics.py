@@ -370,6 +370,19 @@ def test_policy_strings_set_parameters() -> None:
         make_policy("tiresias:threshold=3600")
 
 
+def test_listed_parameters_are_what_a_policy_string_sets() -> None:
+    """Every parameter ``rlsched policies`` lists, written back as a policy string, builds that policy."""
+    from rlsched.policies.base import available, parameters
+
+    assert parameters("tiresias") == {"thresholds": "3250/7200", "promote_knob": "0", "preempt": "true"}
+    assert parameters("sjf") == {"oracle": "false"}
+    listed = {name: parameters(name) for name in available()}
+    assert sum(map(bool, listed.values())) >= 5
+    for name, params in listed.items():
+        if params:
+            make_policy(name + ":" + ",".join(f"{k}={v}" for k, v in params.items()))
+
+
 @pytest.mark.parametrize("params", [{"thresholds": (-1.0,)}, {"thresholds": (10.0, 10.0)},
                                     {"promote_knob": -1.0}, {"thresholds": ("x",)}])
 def test_tiresias_refuses_bad_parameters_in_one_line(params: dict[str, object]) -> None:
