@@ -70,7 +70,7 @@ def complete_policy(incomplete: str) -> list[str]:
 
 @app.command("policies")
 def policies_cmd() -> None:
-    """List the schedulers selectable with --policy, with the parameters NAME:KEY=VALUE,... sets."""
+    """List the schedulers selectable with --policy, with the parameters a NAME:KEY=VALUE string sets."""
     from rlsched.policies import available
     from rlsched.policies.base import parameters
 
