@@ -62,6 +62,8 @@ def _summary(spec: object) -> str:
     for key, p in spec.pools.items():
         count = p.node_count if p.node_count is not None else len(p.nodes)
         extra = f", mig {p.mig_layout}" if p.mig_layout else ""
+        if p.gang != "whole-nodes":  # the default goes unsaid, as MIG-disabled does
+            extra += f", gang {p.gang}"
         nodes = f"{count} node{'s' if count != 1 else ''}"
         if {f"pool.{key}.node_count", f"pool.{key}.nodes"} & set(spec.unknown):
             nodes = "? nodes"

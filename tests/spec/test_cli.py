@@ -32,6 +32,16 @@ def test_validate_ok(tmp_path: Path) -> None:
     assert "2 pools" in res.stdout
 
 
+def test_validate_summary_names_a_non_default_gang_mode(tmp_path: Path) -> None:
+    pool = 'pool "p" {\n  gpu_model = "H100"\n  nodes     = ["a"]\n%s}\n'
+    (tmp_path / "pool.hcl").write_text(pool % '  gang      = "packed"\n')
+    res = run("validate", str(tmp_path / "pool.hcl"))
+    assert res.returncode == 0, res.stderr
+    assert "on_prem, gang packed)" in res.stdout
+    (tmp_path / "pool.hcl").write_text(pool % "")
+    assert "gang" not in run("validate", str(tmp_path / "pool.hcl")).stdout
+
+
 def test_validate_json_invalid(tmp_path: Path) -> None:
     bad = tmp_path / "bad.hcl"
     bad.write_text('pool "a" {\n  gpu_model = "H100"\n  nodes = ["n"]\n  nodes = ["m"]\n}\n')
