@@ -91,7 +91,11 @@ for path in sorted(Path(sys.argv[1]).glob("*.hcl")):
         diags = [(d.summary, d.range is not None and d.range.line >= 1) for d in exc.diagnostics
                  if d.severity == "error"]
     out[path.stem] = {"cpu": time.process_time() - t0, "diags": diags}
-out["__maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# The peak of THIS process image: ru_maxrss would also count the parent's resident pages that the
+# fork before exec shared (Linux carries that high-water mark across exec), so a big pytest worker
+# would look like a runaway spec. VmHWM belongs to the exec'd image alone.
+hwm = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")]
+out["__maxrss_kib"] = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps(out))
 """
 
