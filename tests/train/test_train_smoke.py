@@ -66,6 +66,18 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert {"forecast/smoothed-seasonal/mae", "forecast/seasonal-naive/mae", "forecast/smoothed-seasonal/rmse"} \
         <= set(metrics)
 
+    # the workload-family gate ran on the saved policy; its verdict is in the card, the model card and the
+    # registered version's tag, which promote reads
+    fam = card["metrics"]["families"]
+    assert fam["exposure"] == {"gen-tiny-fleet": "unseen"} and fam["summary"]["gen-tiny-fleet"]["windows"] == 1
+    assert "model_vs_best" in fam["summary"]["gen-tiny-fleet"]
+    assert "### Workload families" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert "- promotion gate: " in proc.stdout
+    # registry_uri too: an in-process MLflow test earlier in the session may have left a global registry URI
+    tags = mlflow.MlflowClient(tracking_uri=registry, registry_uri=registry).get_model_version(model_name, "1").tags
+    assert json.loads(tags["family_gate"])["summary"]["gen-tiny-fleet"]["model_vs_best"] == \
+        fam["summary"]["gen-tiny-fleet"]["model_vs_best"]
+
     out = tmp_path / "sim.json"
     sim = rl("simulate", "-q", "--max-jobs", "80", "--horizon", "43200", "-p", f"ppo:models:/{model_name}@challenger",
              "-p", "weighted-priority", "--json", str(out), env=env, cwd=tmp_path)
@@ -78,17 +90,6 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert card["deadline_guard"]["margin_frac"] == 0.25
     assert "- deadline guard:" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
     assert list((tmp_path / "cache").rglob("deadline_guard.json")), "the registry's copy lost deadline_guard.json"
-
-    # the workload-family gate ran on the saved policy; its verdict is in the card, the model card and the
-    # registered version's tag, which promote reads
-    fam = card["metrics"]["families"]
-    assert fam["exposure"] == {"gen-tiny-fleet": "unseen"} and fam["summary"]["gen-tiny-fleet"]["windows"] == 1
-    assert "model_vs_best" in fam["summary"]["gen-tiny-fleet"]
-    assert "### Workload families" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
-    assert "- promotion gate: " in proc.stdout
-    tags = mlflow.MlflowClient(registry).get_model_version(model_name, "1").tags
-    assert json.loads(tags["family_gate"])["summary"]["gen-tiny-fleet"]["model_vs_best"] == \
-        fam["summary"]["gen-tiny-fleet"]["model_vs_best"]
 
     # --resume continues from the last checkpoint rather than starting over
     ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step-*.zip"))
