@@ -9,6 +9,7 @@ model folder with its card, and log and register it in MLflow.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -505,6 +506,7 @@ def train(
             # the row PPO was cloned from: did training improve on imitation?
             extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools,
                                                   rules=exp.rule_params()))
+        extra.extend(ruled_baselines(exp.rule_params()))
         ev = evaluate(eval_worlds, current_policy, bound=True, extra=extra)
         ho = evaluate(holdout_worlds, current_policy, bound=True, extra=extra) if holdout_worlds else None
         table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
@@ -594,6 +596,25 @@ def train(
         venv.close()
         if tracker is not None:
             tracker.close()
+
+
+def ruled_baselines(rule_params: dict[str, dict[str, Any]]) -> list[Callable[[], Any]]:
+    """Every heuristic behind the rules the policy is trained and served behind, as ``NAME+rules`` rows.
+
+    A policy behind a deadline guard or consolidation must beat the heuristics given the same rules,
+    or its gain is the rules' (issue 16 item 4). Empty when the policy has no rules.
+    """
+    if not rule_params:
+        return []
+    from rlsched.policies import available, make_policy
+    from rlsched.policies.rules import RuledScheduler, build_rules
+
+    def ruled(name: str) -> Any:
+        sched = RuledScheduler(make_policy(name), build_rules(rule_params))
+        sched.name = f"{name}+rules"
+        return sched
+
+    return [functools.partial(ruled, name) for name in available()]
 
 
 def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callable[[str], None]) -> str:
