@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.errors import RlschedError
+from rlsched.plan.state import pid_alive
 from rlsched.service.auth import TOKEN_ENV, resolve_token
 
 #: Environment variable with the service URL.
@@ -105,18 +106,6 @@ def owned_private_dir(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _listening_inodes(port: int) -> set[str] | None:
     """Socket inodes listening on TCP ``port`` (any address), or None where ``/proc/net`` cannot tell."""
     found: set[str] | None = None
@@ -140,7 +129,7 @@ def listener_owned_by(url: str, pid: int) -> bool:
     True only when ``/proc`` shows it (a socket of ``pid`` among the port's listening
     sockets); on a system without ``/proc/net`` it falls back to ``pid`` being alive.
     """
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     port = urllib.parse.urlsplit(url).port
     if port is None:
@@ -195,7 +184,7 @@ def _live_server_json(state_dir: Path) -> tuple[dict[str, Any] | None, str]:
     if info is None:
         return None, f"no server.json in {state_dir}"
     pid = info.get("pid")
-    if not isinstance(pid, int) or not _pid_alive(pid):
+    if not isinstance(pid, int) or not pid_alive(pid):
         return None, f"{state_dir / SERVER_FILE} names pid {pid}, which is not running"
     return info, ""
 
