@@ -112,6 +112,24 @@ def _unbreakable_width(texts: Sequence[str], floor: int) -> int:
     return max([floor, *(len(w) for t in texts for w in t.split())])
 
 
+def _job_table(columns: Sequence[str], rows: Sequence[Sequence[Text]], no_wrap: set[str]) -> Table:
+    """A borderless table whose DEVICES column is never narrower than its longest UUID (so none is split),
+    whose ``no_wrap`` columns keep their cells on one line and whose other columns fold."""
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    dev = columns.index("DEVICES")
+    dev_width = _unbreakable_width([r[dev].plain for r in rows], len("DEVICES"))
+    for col in columns:
+        if col == "DEVICES":
+            table.add_column(col, min_width=dev_width, overflow="fold")
+        elif col in no_wrap:
+            table.add_column(col, no_wrap=True)
+        else:
+            table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
 def status_table(jobs: Sequence[dict[str, Any]], *, now: float | None = None) -> Table:
     """The job list of ``rlsched status``: one row per job (see the module doc for AGE and RUNTIME)."""
     rows = []
@@ -123,18 +141,7 @@ def status_table(jobs: Sequence[dict[str, Any]], *, now: float | None = None) ->
             Text(request_text(j)), Text(devices_text(j)), Text(duration(j.get("submitted_at"), now=now)),
             Text(duration(started, end, now=now)), Text(why_text(j)),
         ))
-    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    dev_width = _unbreakable_width([r[5].plain for r in rows], len("DEVICES"))
-    for col in STATUS_COLUMNS:
-        if col == "DEVICES":
-            table.add_column(col, min_width=dev_width, overflow="fold")
-        elif col in ("JOB", "STATE", "PRI", "AGE", "RUNTIME"):
-            table.add_column(col, no_wrap=True)
-        else:
-            table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(*r)
-    return table
+    return _job_table(STATUS_COLUMNS, rows, {"JOB", "STATE", "PRI", "AGE", "RUNTIME"})
 
 
 def job_detail(j: dict[str, Any]) -> list[tuple[str, str]]:
@@ -174,15 +181,4 @@ def audit_table(records: Sequence[dict[str, Any]]) -> Table:
         devices = ", ".join(str(g) for g in (r.get("gpus") or [])) or "-"
         rows.append((cell(r.get("id")), Text(timestamp(r.get("time"))), cell(r.get("event")),
                      cell(r.get("job") or "-"), cell(devices), cell(policy or "-"), cell(r.get("reason") or "-")))
-    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    dev_width = _unbreakable_width([r[4].plain for r in rows], len("DEVICES"))
-    for col in AUDIT_COLUMNS:
-        if col == "DEVICES":
-            table.add_column(col, min_width=dev_width, overflow="fold")
-        elif col in ("ID", "TIME", "EVENT", "JOB"):
-            table.add_column(col, no_wrap=True)
-        else:
-            table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table
+    return _job_table(AUDIT_COLUMNS, rows, {"ID", "TIME", "EVENT", "JOB"})
