@@ -11,8 +11,6 @@ runs this in seconds.
 from __future__ import annotations
 
 import tempfile
-import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from hypothesis import strategies as st
 from rlsched.spec import Spec, SpecError, load_spec
 from rlsched.spec.fmt import format_source
 from rlsched.spec.functions import FUNCTIONS
+from tests.budget import within_budget
 from tests.spec.conftest import ROOT, hcl_md_example
 
 SEEDS = [hcl_md_example(), *(p.read_text() for p in sorted((ROOT / "configs").glob("*.hcl")))]
@@ -36,17 +35,8 @@ MEMORY_BUDGET = 256 * 2**20
 
 
 def _bounded(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` and check that it stayed within the CPU and memory budgets."""
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        return fn()
-    finally:
-        cpu = time.process_time() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        assert cpu < CPU_BUDGET_S, f"took {cpu:.1f} s of CPU"
-        assert peak < MEMORY_BUDGET, f"allocated {peak / 2**20:.0f} MiB"
+    """Run ``fn`` and check that it stayed within this module's CPU and memory budgets."""
+    return within_budget(fn, CPU_BUDGET_S, MEMORY_BUDGET)
 
 
 def _load(path: Path, unknown: bool = False) -> None:

@@ -11,8 +11,6 @@ counts are small so that the test runs in CI in seconds.
 
 from __future__ import annotations
 
-import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 from rlsched.errors import TraceError
 from rlsched.workload import load_trace, read_canonical, read_dlrm_services, read_openb_pods, read_philly
 from rlsched.workload.trace import Trace
+from tests.budget import within_budget
 
 # reader, columns, a valid row (rows are mostly this row with a few cells replaced)
 READERS: dict[str, tuple[Callable[..., Trace], list[str], list[str]]] = {
@@ -81,17 +80,8 @@ def trace_files(draw: st.DrawFn) -> tuple[str, str]:
 
 
 def _bounded(fn: Callable[[], object]) -> object:
-    """Run ``fn`` and check it stayed within the CPU and memory budgets."""
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        return fn()
-    finally:
-        cpu = time.process_time() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        assert cpu < CPU_BUDGET_S, f"read took {cpu:.1f} s of CPU"
-        assert peak < MEMORY_BUDGET, f"read allocated {peak / 2**20:.0f} MiB"
+    """Run ``fn`` and check that it stayed within this module's CPU and memory budgets."""
+    return within_budget(fn, CPU_BUDGET_S, MEMORY_BUDGET, "read")
 
 
 def _read(fn: Callable[[], Trace]) -> Trace | TraceError:
