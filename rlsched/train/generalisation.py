@@ -70,7 +70,9 @@ class FamilyReport:
 
 def _init(worlds: list[Any], model_ref: str | None) -> None:
     global _WORLDS, _MODEL_REF, _MODEL
-    _WORLDS, _MODEL_REF, _MODEL = worlds, model_ref, None
+    if model_ref != _MODEL_REF:
+        _MODEL = None  # a model already loaded for this ref (to read its rules) is kept
+    _WORLDS, _MODEL_REF = worlds, model_ref
 
 
 def _model() -> Any:
