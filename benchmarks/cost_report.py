@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.policies import make_policy
 from rlsched.scenario import apply_workload_options, build_market, load_jobs
 from rlsched.sim import Engine
@@ -93,9 +93,10 @@ class Row:
 
 def _policy(name: str, baseline_rules: str = "") -> Any:
     if name.startswith("ppo:"):
-        from rlsched.policies.ppo import make_ppo_policy
+        from rlsched.learned.ppo import make_ppo_policy
+        from rlsched.train.registry import download_model
 
-        return make_ppo_policy(name[4:])
+        return make_ppo_policy(name[4:], fetch=download_model)
     policy = make_policy(name)
     if baseline_rules and name not in ON_DEMAND_ONLY:
         from rlsched.policies.rules import RuledScheduler, build_rules
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     forecast = None
     if args.ppo:
-        from rlsched.policies.ppo import policy_forecast
+        from rlsched.learned.ppo import policy_forecast
 
         # Every policy of a run replays with the PPO model's demand forecaster (as simulate does).
         forecast = policy_forecast(_policy(f"ppo:{args.ppo}"))

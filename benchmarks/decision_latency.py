@@ -59,7 +59,7 @@ def build_state(nodes: int, queued: int, seed: int) -> bytes:
     """A pickled :class:`~rlsched.sim.Engine` at a steady-state decision point (see the module doc)."""
     from rlsched.cluster.job import Job
     from rlsched.cluster.model import JobRun
-    from rlsched.cluster.spec import parse_cluster
+    from rlsched.cluster.shorthand import parse_cluster
     from rlsched.policies import make_policy
     from rlsched.sim import Engine
 
@@ -95,9 +95,9 @@ def build_state(nodes: int, queued: int, seed: int) -> bytes:
 
 
 def make_schedulers(model_dir: Path, inference: str = "numpy") -> dict[str, Any]:
+    from rlsched.learned.ppo import PolicyModel, PpoScheduler
     from rlsched.policies import make_policy
-    from rlsched.policies.ppo import PolicyModel, PpoScheduler
-    from rlsched.runtime.guard import FallbackScheduler
+    from rlsched.runtime.fallback import FallbackScheduler
 
     model = PolicyModel.load(model_dir)
     if inference == "torch":

@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def scheduler(model: Any, variant: str) -> Any:
     """The model served with one variant of its rules (see the module docstring)."""
-    from rlsched.policies.consolidate import Consolidator
-    from rlsched.policies.deadline_guard import DeadlineGuard
-    from rlsched.policies.ppo import PpoScheduler
+    from rlsched.learned.ppo import PpoScheduler
+    from rlsched.policies.rules.consolidate import Consolidator
+    from rlsched.policies.rules.deadline_guard import DeadlineGuard
 
     base, plus = variant, False
     if variant.endswith("+consolidate"):
@@ -69,17 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from rlsched.errors import RlschedError
+    from rlsched.learned.ppo import load_policy_ref
     from rlsched.policies import make_policy
-    from rlsched.policies.ppo import load_policy_ref
     from rlsched.train.config import load_experiment
     from rlsched.train.evaluate import ONDEMAND_REFERENCE, run_world
-    from rlsched.train.forecasting import attach, fit_forecasters
+    from rlsched.train.forecast_fit import attach, fit_forecasters
+    from rlsched.train.registry import download_model
     from rlsched.train.worlds import evaluation_worlds
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     try:
         exp = load_experiment(args.experiment)
-        model = load_policy_ref(args.model)
+        model = load_policy_ref(args.model, fetch=download_model)
         for v in variants:
             scheduler(model, v)
         fitted = fit_forecasters(exp)

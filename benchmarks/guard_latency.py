@@ -1,8 +1,8 @@
 """Time the deadline guard's scan (and any other rule's) per decision point while the spot policy replays real windows.
 
-The guard (``rlsched/policies/deadline_guard.py``) looks at every queued deadline job at
+The guard (``rlsched/policies/rules/deadline_guard.py``) looks at every queued deadline job at
 every decision point, so its cost grows with the queue; node consolidation
-(``rlsched/policies/consolidate.py``) scans each elastic pool's nodes. This replays the
+(``rlsched/policies/rules/consolidate.py``) scans each elastic pool's nodes. This replays the
 evaluation windows of an experiment (default ``experiments/spot.yaml``: Philly jobs,
 every one with a deadline, on spot + on-demand fleets) under a model folder that
 carries a guard (default ``models/spot``), and times each rule's part of each decision
@@ -64,16 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from rlsched.errors import RlschedError
-    from rlsched.policies.ppo import PpoScheduler, load_policy_ref
+    from rlsched.learned.ppo import PpoScheduler, load_policy_ref
     from rlsched.policies.rules import RULES
     from rlsched.train.config import load_experiment
     from rlsched.train.evaluate import run_world
-    from rlsched.train.forecasting import attach, fit_forecasters
+    from rlsched.train.forecast_fit import attach, fit_forecasters
+    from rlsched.train.registry import download_model
     from rlsched.train.worlds import evaluation_worlds
 
     try:
         exp = load_experiment(args.experiment)
-        model = load_policy_ref(args.model)
+        model = load_policy_ref(args.model, fetch=download_model)
         if model.guard_params is None:
             print(f"{args.model}: the model has no deadline guard (deadline_guard.json)", file=sys.stderr)
             return 1

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cost_report as cr
 
 from rlsched.cluster.model import ClusterState, NodeStatus
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.scenario import apply_workload_options, build_market, load_jobs
 from rlsched.sim import Engine
 from rlsched.sim.engine import SimConfig
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                   deadline_factor=3.0, deadline_slack_s=3600.0)
     forecast = None
     if args.ppo:
-        from rlsched.policies.ppo import policy_forecast
+        from rlsched.learned.ppo import policy_forecast
 
         forecast = policy_forecast(cr._policy(f"ppo:{args.ppo}"))
     work = sum(j.duration * j.num_gpus for j in jobs) / 3600.0

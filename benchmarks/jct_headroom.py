@@ -11,7 +11,7 @@ restarts and lost GPU-hours per window, with the exact command. A variant is::
   served with the rules saved with it) or ``ppo-bare`` (the network alone);
 * ``+oracle`` - every scheduler and rule is told TRUE durations (a bound, not a
   scheduler: ``sjf+oracle`` is the model card's ``sjf-oracle-bound``);
-* ``+preempt=F[/G]`` - long-job preemption (:mod:`rlsched.policies.preempt_long`) in
+* ``+preempt=F[/G]`` - long-job preemption (:mod:`rlsched.policies.rules.preempt_long`) in
   front, with ``factor`` F and ``min_gain_gpu_s`` G (default 3600).
   ``sjf+oracle+preempt=1.2/120`` approximates shortest-remaining-first with
   preemption on true durations, the bound for ordering plus suspension.
@@ -59,14 +59,15 @@ def parse_variant(text: str) -> tuple[str, bool, tuple[float, float] | None]:
 def scheduler(text: str, model_ref: str) -> Any:
     """A fresh scheduler for one variant."""
     from rlsched.policies import make_policy
-    from rlsched.policies.preempt_long import LongJobPreemption
     from rlsched.policies.rules import RuledScheduler
+    from rlsched.policies.rules.preempt_long import LongJobPreemption
 
     name, _, preempt = parse_variant(text)
     if name in ("ppo", "ppo-bare"):
-        from rlsched.policies.ppo import PpoScheduler, load_policy_ref
+        from rlsched.learned.ppo import PpoScheduler, load_policy_ref
+        from rlsched.train.registry import download_model
 
-        inner: Any = PpoScheduler(load_policy_ref(model_ref), name=name, use_rules=name == "ppo")
+        inner: Any = PpoScheduler(load_policy_ref(model_ref, fetch=download_model), name=name, use_rules=name == "ppo")
     else:
         inner = make_policy(name)
     if preempt is None:
@@ -88,7 +89,7 @@ def worlds_for(exp: Any, which: str, preemptible: str = "trace") -> list[Any]:
 
 
 def _worlds(exp: Any, which: str) -> list[Any]:
-    from rlsched.train.forecasting import attach, fit_forecasters
+    from rlsched.train.forecast_fit import attach, fit_forecasters
     from rlsched.train.worlds import evaluation_worlds
 
     fitted = fit_forecasters(exp)

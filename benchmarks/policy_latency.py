@@ -1,7 +1,7 @@
 """Per-decision latency of a trained policy (encode + forward + mask + decode), p50/p99.
 
 Measured inside ``rlsched simulate``'s loop on the bundled default scenario: each
-decision of :class:`~rlsched.policies.ppo.PpoScheduler` is timed, and the
+decision of :class:`~rlsched.learned.ppo.PpoScheduler` is timed, and the
 weighted-priority heuristic's decision passes are timed for reference.
 
     python benchmarks/policy_latency.py models/default
@@ -65,8 +65,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from rlsched.learned.ppo import PolicyModel, PpoScheduler
     from rlsched.policies import make_policy
-    from rlsched.policies.ppo import PolicyModel, PpoScheduler
     from rlsched.scenario import load_scenario
     from rlsched.sim import Engine
 

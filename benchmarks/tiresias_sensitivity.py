@@ -5,7 +5,7 @@ evenly over the trace, rescales each to every offered load in ``--loads`` on one
 (``--cluster``), declares every job preemptible (Tiresias preempts only preemptible
 jobs; Philly's table declares none), and replays each (window, load) case under every
 variant. A variant is a policy string ``NAME[:KEY=VALUE,...]`` as ``--policy`` takes it
-(:func:`rlsched.policies.base.parse_policy_string`; ``thresholds`` written ``3250/7200``,
+(:func:`rlsched.policies.registry.parse_policy_string`; ``thresholds`` written ``3250/7200``,
 GPU-seconds), e.g. ``tiresias:thresholds=14400,promote_knob=2``. Prints, per variant, the mean over cases
 of its mean JCT divided by the baseline's (``--baseline``, weighted-priority) - the
 mean of ratios - the same per load, the worst and best case, preemptions per case and

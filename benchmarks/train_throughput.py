@@ -50,7 +50,7 @@ def rate(kind: str, steps: int, n_envs: int) -> float:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from rlsched.policies.ppo_net import SlotScoringPolicy
+    from rlsched.learned.ppo_net import SlotScoringPolicy
 
     if kind == "trivial":
         fns = [TrivialEnv for _ in range(n_envs)]

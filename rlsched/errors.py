@@ -6,6 +6,8 @@ exit status; anything else reaching the top level is a bug in rlsched.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class RlschedError(Exception):
     """Base class of every user-facing error."""
@@ -43,5 +45,10 @@ class ScenarioError(RlschedError):
     """A scenario or policy configuration that cannot be used."""
 
 
-class InfeasibleDecision(RlschedError):
-    """A scheduler decision that the feasibility module refused."""
+def name_hint(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or the empty string: the suffix of an
+    unknown-name error, so a typo names its fix."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

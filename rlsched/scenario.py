@@ -37,7 +37,7 @@ from typing import Any
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolKind, PoolSpec
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.errors import RlschedError, ScenarioError
 from rlsched.market.base import Market
 from rlsched.sim.engine import SimConfig
@@ -219,7 +219,7 @@ def with_gang_mode(pools: list[PoolSpec], mode: object, cluster: str = "") -> li
     A cluster string that already names a pool's mode (``/gang=``) and a ``gang:`` key
     together are refused: one of them would silently lose.
     """
-    from rlsched.cluster.spec import parse_gang_mode
+    from rlsched.cluster.shorthand import parse_gang_mode
 
     if "gang=" in cluster.replace(" ", "").lower():
         raise ScenarioError("scenario: name the gang mode once - either the 'gang' key or /gang= in 'cluster'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlsched.cluster.job import Job
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.errors import ScenarioError
 from rlsched.market.preemption import ExponentialPreemption, KaplanMeierPreemption
 from rlsched.scenario import apply_workload_options, build_market, load_scenario

@@ -27,7 +27,8 @@ inventory_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
 app.add_typer(inventory_app, name="inventory")
 
 BackendOpt = Annotated[str | None, typer.Option(
-    "--backend", help="sim:PATH.json (simulated fleet) or nvml (this machine); default: $RLSCHED_BACKEND.")]
+    "--backend", help="sim:PATH.json (simulated fleet), nvml (this machine) or ray:auto / ray:HOST:PORT "
+                      "(every node of a Ray cluster); default: $RLSCHED_BACKEND.")]
 
 
 class ExportFormat(str, Enum):
@@ -129,9 +130,9 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", help="File to write (default: stdout).")] = None,
 ) -> None:
     """Write the live fleet as rlsched HCL or as a mig-parted config."""
+    from rlsched.posix import atomic_write
     from rlsched.runtime.export import export_fleet
     from rlsched.runtime.select import get_backend
-    from rlsched.runtime.sim_backend import write_text_atomic
 
     be = get_backend(backend)
     result = export_fleet(be.inventory(), fmt.value, source=be.name)
@@ -140,5 +141,5 @@ def export(
     if out is None:
         typer.echo(result.text, nl=False)
     else:
-        write_text_atomic(out, result.text)
+        atomic_write(out, result.text, mode=0o644)
         typer.echo(f"wrote {out} ({fmt.value}, {len(result.assignments)} nodes)", err=True)

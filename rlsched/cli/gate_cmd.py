@@ -21,18 +21,22 @@ def gate_cmd(
     name: Annotated[str, typer.Argument(help="Registered model name.")],
     version: Annotated[int, typer.Argument(min=1, help="Version to judge.")],
     families: Annotated[str, typer.Option(
-        "--families", help="Comma-separated families or groups (all, traces, generated).")] = "generated",
-    windows: Annotated[int, typer.Option("--windows", min=1, help="Windows per family.")] = 3,
+        "--families", help="Comma-separated families or groups (all, traces, generated, spot); "
+                           "default: spot for a spot model, else generated.")] = "",
+    windows: Annotated[int, typer.Option("--windows", min=1, help="Windows per family.")] = 6,
     max_jobs: Annotated[int, typer.Option("--max-jobs", min=2, help="Jobs per window at most.")] = 1000,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 1,
 ) -> None:
     """Judge VERSION against the best heuristic on every unseen workload family; store the result for promote."""
-    from rlsched.train.generalisation import family_table, print_progress
+    from rlsched.train.generalisation import family_table, print_progress, spot_table
     from rlsched.train.registry import gate_version
 
-    report, checks = gate_version(name, version, families=[f.strip() for f in families.split(",") if f.strip()],
+    report, checks = gate_version(name, version, families=[f.strip() for f in families.split(",") if f.strip()] or None,
                                   windows=windows, max_jobs=max_jobs, processes=jobs, progress=print_progress)
-    typer.echo(family_table(report))
+    if report.windows or not report.spot_windows:
+        typer.echo(family_table(report))
+    if report.spot_windows:
+        typer.echo(spot_table(report))
     for fam, why in report.skipped.items():
         typer.echo(f"{fam}: {why}")
     for c in checks:

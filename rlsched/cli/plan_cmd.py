@@ -36,7 +36,8 @@ state_app = typer.Typer(cls=SectionedGroup, rich_markup_mode=None,
 app.add_typer(state_app, name="state")
 
 BackendOpt = Annotated[str | None, typer.Option(
-    "--backend", "-backend", help="sim:PATH.json (simulated fleet) or nvml; default: $RLSCHED_BACKEND.")]
+    "--backend", "-backend", help="sim:PATH.json (simulated fleet), nvml or ray:auto / ray:HOST:PORT "
+                                  "(a Ray cluster); default: $RLSCHED_BACKEND.")]
 StateOpt = Annotated[Path | None, typer.Option(
     "--state", "-state", help="State file; default: rlsched.state.json beside the (first) spec.")]
 LockTimeoutOpt = Annotated[float, typer.Option(
@@ -268,6 +269,10 @@ def apply_cmd(
                                     "beside the spec.")] = None,
     service_listen: Annotated[str, typer.Option(
         "--service-listen", help="HOST:PORT a newly started service listens on.")] = "127.0.0.1:8470",
+    service_public_read: Annotated[bool, typer.Option(
+        "--service-public-read", help="A newly started service lets readers without the token see the fleet and "
+                                      "queue, redacted (rlsched serve --public-read; a running one keeps its "
+                                      "setting).")] = False,
 ) -> None:
     """Apply a saved plan exactly (no prompt), or plan the spec, ask for 'yes', and apply.
 
@@ -300,7 +305,8 @@ def apply_cmd(
             except (RlschedError, typer.Exit):
                 _err("Warning: cannot load the plan's spec files; the scheduler service was not started/reloaded")
                 return
-            _ensure_service(saved_spec, files, backend or saved.backend, service_state_dir, service_listen)
+            _ensure_service(saved_spec, files, backend or saved.backend, service_state_dir, service_listen,
+                            public_read=service_public_read)
         return
 
     spec = _load_spec(targets, var_file, var)
@@ -321,7 +327,8 @@ def apply_cmd(
     if result is not None:
         typer.echo(f"\n{result.line()}")
     if not no_serve:
-        _ensure_service(spec, targets, _backend_string(backend), service_state_dir, service_listen)
+        _ensure_service(spec, targets, _backend_string(backend), service_state_dir, service_listen,
+                        public_read=service_public_read)
 
 
 def _var_args(variables: Mapping[str, Any]) -> list[str]:
@@ -331,7 +338,7 @@ def _var_args(variables: Mapping[str, Any]) -> list[str]:
 
 
 def _ensure_service(spec: Spec, files: Sequence[Path], backend: str | None, state_dir: Path | None,
-                    listen: str) -> None:
+                    listen: str, *, public_read: bool = False) -> None:
     """After apply: make the scheduler service run the spec's policy (start it, or hot-reload the running one)."""
     if not spec.policies:
         return
@@ -351,7 +358,8 @@ def _ensure_service(spec: Spec, files: Sequence[Path], backend: str | None, stat
         if isinstance(warning, str) and warning:
             _err(f"Warning: {warning}")
         return
-    config = ServiceConfig(spec_paths=paths, state_dir=sd, backend=backend, variables=dict(spec.variables))
+    config = ServiceConfig(spec_paths=paths, state_dir=sd, backend=backend, variables=dict(spec.variables),
+                           public_read=public_read)
     info = start_detached(config, listen)
     typer.echo(f"\nScheduler service started at {info.url} (pid {info.pid}, state dir {sd}, "
                f"log {sd / 'service.log'}).")

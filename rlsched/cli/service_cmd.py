@@ -121,7 +121,8 @@ def _parse_vars(var: list[str] | None) -> dict[str, Any]:
 def serve_cmd(
     specs: Annotated[list[Path], typer.Argument(help="Pool spec files (.hcl) or directories.", show_default=False)],
     backend: Annotated[str | None, typer.Option(
-        "--backend", help="nvml or sim:PATH.json; default: $RLSCHED_BACKEND.")] = None,
+        "--backend", help="nvml, sim:PATH.json or ray:auto / ray:HOST:PORT (a Ray cluster); "
+                          "default: $RLSCHED_BACKEND.")] = None,
     listen: Annotated[str, typer.Option(
         "--listen", help="HOST:PORT to serve on (port 0: any free port). Anything but loopback exposes the API "
                          "to the network.")] = "127.0.0.1:8470",
@@ -151,9 +152,15 @@ def serve_cmd(
     keep_jobs: Annotated[int, typer.Option(
         "--keep-jobs", min=0, help="Keep at most this many finished jobs, the newest; 0: no count limit.")]
     = 100_000,
+    public_read: Annotated[bool, typer.Option(
+        "--public-read", help="Let readers without the token see the dashboard's fleet and queue: GET /v1/fleet, "
+                              "/v1/quotas, /v1/decisions, /v1/jobs, /v1/jobs/ID, /v1/info and /metrics, with "
+                              "each job's argv, cwd, idempotency key and log path redacted and no "
+                              "paths in /v1/info. Logs, /v1/audit, /v1/trace and every POST (submit, cancel, "
+                              "reload) still need the token. Off by default.")] = False,
 ) -> None:
     """Run the scheduler service in the foreground (SIGTERM/Ctrl-C stop it; running jobs keep running)."""
-    from rlsched.service.config import ServiceConfig, default_state_dir
+    from rlsched.service.config import ServiceConfig, ServiceMode, default_state_dir
     from rlsched.service.daemon import serve
 
     for p in specs:
@@ -165,11 +172,12 @@ def serve_cmd(
         raise RlschedError(f"--log-level {log_level!r}: expected debug, info, warning or error")
     config = ServiceConfig(
         spec_paths=[p.resolve() for p in specs], state_dir=(state_dir or default_state_dir(specs[0])).resolve(),
-        backend=_backend_string(backend), variables=_parse_vars(var), policy=policy, fallback_only=fallback_only,
-        shadow=shadow, tick_s=tick_ms / 1000.0, grace_s=grace,
+        backend=_backend_string(backend), variables=_parse_vars(var), policy=policy,
+        mode=ServiceMode.FALLBACK_ONLY if fallback_only else ServiceMode.SHADOW if shadow else ServiceMode.POLICY,
+        tick_s=tick_ms / 1000.0, grace_s=grace,
         max_decision_latency_s=max_decision_latency_ms / 1000.0 if max_decision_latency_ms is not None else None,
         history_max_age_s=parse_duration(keep_history, "--keep-history") or None,
-        history_max_jobs=keep_jobs or None)
+        history_max_jobs=keep_jobs or None, public_read=public_read)
 
     def announce(info: Any) -> None:
         typer.echo(f"rlsched service listening on {info.url} (state dir {info.state_dir}; token in "

@@ -182,3 +182,34 @@ def generate_cmd(
     written = write_canonical(out, trace.jobs)
     typer.echo(f"wrote {written} jobs to {out} (family {spec.name}, seed {seed}, offered load {spec.load:g} "
                f"on --cluster {spec.cluster})")
+
+
+@trace_app.command("export")
+def export_cmd(
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="The service's state dir (its jobs.db).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Canonical CSV to write.")],
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only jobs submitted in this last span (30d, 12h); default all.")
+    ] = None,
+    with_commands: Annotated[
+        bool, typer.Option("--with-commands", help="Also write each job's command line and cwd (private: 0600).")
+    ] = False,
+) -> None:
+    """Export the scheduler service's own job history as a canonical trace (read-only; the service may run).
+
+    One row per job that started: submit time, the last attempt's run time as duration (restarts and the
+    total run time of every attempt in their own columns), GPUs or MIG profile, user, priority,
+    preemptible, deadline and outcome. Jobs that never started are counted, not written.
+    """
+    from rlsched.cli.service_cmd import parse_duration
+    from rlsched.workload.history import db_path_of, read_history, write_history
+
+    since_s = parse_duration(since, "--since") if since is not None else None
+    export = read_history(db_path_of(state_dir), since_s=since_s, with_commands=with_commands)
+    written = write_history(out, export, with_commands=with_commands)
+    running = sum(1 for j in export.jobs if j.censored)
+    restarted = sum(1 for j in export.jobs if j.attempts > 1)
+    left = sum(export.not_started.values())
+    why = ", ".join(f"{n} {s}" for s, n in sorted(export.not_started.items()))
+    typer.echo(f"wrote {written} jobs to {out}; {restarted} restarted, {running} still running (censored); "
+               f"{left} never started, not written{f' ({why})' if why else ''}")

@@ -40,6 +40,11 @@ def train_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Also show MLflow's own INFO log lines (database setup, run URLs).")] = False,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="ADDRESS",
+        help="Run the rollout environments as actors, and the final evaluation's and the gate's replays as "
+             "tasks, on this Ray cluster: auto (this machine's, or a local head) or HOST:PORT of a head's "
+             "GCS.")] = None,
 ) -> None:
     """Train a MaskablePPO policy, evaluate it against every heuristic, export and register it."""
     mlflow_log_level(verbose)
@@ -49,6 +54,8 @@ def train_cmd(
     from rlsched.train.trainer import train
 
     exp = load_experiment(experiment)
+    if ray is not None:  # train() connects first: a bad or unreachable address fails in seconds, one line
+        exp = replace(exp, ray=ray)
     if total_steps is not None:
         exp = replace(exp, total_steps=total_steps)
     if output is not None:

@@ -17,7 +17,7 @@ from rlsched.cluster.model import (
     Sharing,
     Slice,
 )
-from rlsched.cluster.spec import format_cluster, parse_cluster
+from rlsched.cluster.shorthand import format_cluster, parse_cluster
 
 __all__ = [
     "CATALOG", "ClusterState", "Gpu", "GpuModel", "Job", "JobKind", "JobRun", "MarketQuote", "MigProfile",

@@ -24,18 +24,38 @@ runtime ask this module; nothing else encodes the rules. The rules:
   accepts nothing; CPU and memory are checked when the node declares them.
 * A MIG layout is legal when its instances can be placed at legal start positions
   without overlapping memory slices, use at most 7 compute slices, and respect
-  each profile's maximum count.
+  each profile's maximum count. Every GPU backend checks a requested layout with
+  :func:`place_mig_devices` before it touches the GPU.
+* Every decision passes :func:`check_decision`: a placement and a re-split by the
+  rules above; a preemption names a running job; a scale-up needs room in an
+  elastic pool (its maximum and, for spot, the availability the market publishes in
+  ``ClusterState.quotes``); a scale-down needs a provisioning or idle node above the
+  pool's minimum; a wake-up is at a finite time in the future. Everything it reads
+  is in the :class:`ClusterState` it is given, so the simulator and the live
+  runtime decide from the same data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from math import ceil
+from math import ceil, isfinite
 
 from rlsched.cluster.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GpuModel, MigProfile
+from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.job import Job
-from rlsched.cluster.model import ClusterState, GangMode, Node, Placement, Pool, PoolKind, PoolSpec, Sharing
+from rlsched.cluster.model import (
+    ClusterState,
+    GangMode,
+    Node,
+    NodeStatus,
+    Placement,
+    Pool,
+    PoolKind,
+    PoolSpec,
+    Sharing,
+)
+from rlsched.errors import ClusterSpecError
 
 # --- MIG layouts ---------------------------------------------------------------------
 
@@ -122,10 +142,22 @@ def named_layouts(model: GpuModel) -> dict[str, tuple[str, ...]]:
     }
 
 
+def layout_for_profile(model: GpuModel, profile: str) -> tuple[str, ...] | None:
+    """The named layout of ``model`` with the most instances of ``profile`` (None: none has it).
+
+    What a GPU is re-split to for a job needing ``profile`` (the heuristics and the MIG
+    re-split rule alike): the most jobs of that shape per re-split.
+    """
+    best: tuple[str, ...] | None = None
+    for layout in named_layouts(model).values():
+        n = layout.count(profile)
+        if n and (best is None or n > best.count(profile)):
+            best = layout
+    return best
+
+
 def resolve_layout(model: GpuModel, layout: str | Sequence[str]) -> tuple[str, ...]:
     """A layout given by name (``balanced``) or as profile names, checked legal."""
-    from rlsched.errors import ClusterSpecError
-
     if isinstance(layout, str):
         named = named_layouts(model)
         if layout in named:
@@ -143,6 +175,41 @@ def resolve_layout(model: GpuModel, layout: str | Sequence[str]) -> tuple[str, .
             f"(7 compute slices, 8 memory slices, per-profile maxima and placements)"
         )
     return names
+
+
+def format_mig_counts(devices: Mapping[str, int]) -> str:
+    """``devices`` (profile name -> count) as mig-parted writes them, e.g. ``{"1g.10gb"=2, "3g.40gb"=1}``."""
+    inner = ", ".join(f'"{p}"={c}' for p, c in sorted(devices.items()) if c)
+    return "{" + inner + "}"
+
+
+def place_mig_devices(model: GpuModel, devices: Mapping[str, int], gpu_label: str) -> list[tuple[MigProfile, int]]:
+    """Where the MIG instances ``devices`` (profile name -> count) go on one GPU of ``model``.
+
+    The layout check every GPU backend makes before it destroys a GPU's instances, so
+    a layout the NVML backend refuses is refused by the simulated one too, with the
+    same words. Returns ``(profile, start)`` pairs sorted by start (as
+    :func:`pack_layout`). ``gpu_label`` names the GPU in the message (its marketing name).
+
+    Raises:
+        ClusterSpecError: a count that is not an integer >= 0, or instances that do
+            not fit one GPU together.
+        UnknownGpuModelError: a profile ``model`` does not have.
+    """
+    names: list[str] = []
+    for profile, count in devices.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ClusterSpecError(f"MIG device count for {profile!r} must be an integer >= 0, got {count!r}")
+        names.extend([profile] * count)
+    for name in sorted(set(names)):
+        model.profile(name)
+    placed = pack_layout(model, names)
+    if placed is None:
+        raise ClusterSpecError(
+            f"MIG layout {format_mig_counts(devices)} does not fit one {gpu_label} ({model.name}): "
+            f"7 compute slices, 8 memory slices, per-profile maxima and placements"
+        )
+    return placed
 
 
 @lru_cache(maxsize=1024)
@@ -189,11 +256,6 @@ def fits_pool_spec(job: Job, spec: PoolSpec) -> bool:
     if job.num_gpus <= spec.gpus_per_node:
         return spec.max_nodes >= 1
     return job.num_gpus <= spec.max_nodes * spec.gpus_per_node
-
-
-def fits_cluster(job: Job, pools: Iterable[PoolSpec]) -> bool:
-    """True if some pool could ever run the job."""
-    return any(fits_pool_spec(job, p) for p in pools)
 
 
 def unschedulable_reason(job: Job, pools: Sequence[PoolSpec]) -> str:
@@ -477,3 +539,115 @@ def reconfigure_check(state: ClusterState, node_id: str, gpu_index: int, layout:
     if tuple(sorted(layout)) == tuple(sorted(gpu.layout())):
         return "GPU already has this layout"
     return None
+
+
+# --- decisions -----------------------------------------------------------------------
+
+
+def scale_up_room(state: ClusterState, pool: Pool) -> int:
+    """Nodes ``pool`` may still add now (0 for an on-prem pool).
+
+    Up to the pool's ``max_nodes`` and, for a spot pool, no more than the market's
+    availability as ``state.quotes`` publishes it (a missing quote or None = unlimited).
+    A scale-up is legal when this is positive and adds at most this many nodes.
+    """
+    spec = pool.spec
+    if not spec.kind.elastic:
+        return 0
+    held = len(pool.nodes)
+    room = spec.max_nodes - held
+    if spec.kind is PoolKind.SPOT:
+        q = state.quotes.get(pool.name)
+        if q is not None and q.spot_available_nodes is not None:
+            room = min(room, q.spot_available_nodes - held)
+    return max(room, 0)
+
+
+def _stoppable(node: Node) -> bool:
+    """A scale-down may stop a node that is still provisioning or ready without jobs."""
+    return node.status is NodeStatus.PROVISIONING or (node.ready and not node.jobs)
+
+
+def stoppable_nodes(pool: Pool) -> list[Node]:
+    """The nodes a scale-down of ``pool`` may stop, in the order it stops them.
+
+    Provisioning nodes first (nothing runs there yet), then ready nodes without jobs,
+    each in the pool's node order; a node with jobs is never stopped by a scale-down.
+    """
+    return sorted((n for n in pool.nodes.values() if _stoppable(n)), key=lambda n: n.ready)
+
+
+def scale_down_room(pool: Pool) -> int:
+    """Nodes a scale-down of ``pool`` may stop now, keeping its ``min_nodes`` (0 for on-prem)."""
+    if not pool.spec.kind.elastic:
+        return 0
+    return max(min(len(stoppable_nodes(pool)), len(pool.nodes) - pool.spec.min_nodes), 0)
+
+
+def _scale_problem(state: ClusterState, decision: Scale) -> str | None:
+    pool = state.pools.get(decision.pool)
+    if pool is None:
+        return f"unknown pool {decision.pool!r}"
+    spec = pool.spec
+    if not spec.kind.elastic:
+        return f"pool {decision.pool} is on-prem and cannot scale"
+    held = len(pool.nodes)
+    if decision.delta > 0:
+        if scale_up_room(state, pool) > 0:
+            return None
+        q = state.quotes.get(pool.name)
+        avail = q.spot_available_nodes if q is not None and spec.kind is PoolKind.SPOT else None
+        market = f", spot available {avail}" if avail is not None else ""
+        return f"pool {decision.pool} cannot grow (max {spec.max_nodes}, held {held}{market})"
+    if decision.delta < 0:
+        if held > spec.min_nodes and any(_stoppable(n) for n in pool.nodes.values()):
+            return None
+        return f"pool {decision.pool} has no idle node to stop"
+    return "scale by 0"
+
+
+def check_decision(state: ClusterState, decision: Decision) -> str | None:
+    """None if ``decision`` may take effect on ``state`` now, else a short reason why not.
+
+    The one legality gate for every kind of decision: the simulator's engine refuses
+    exactly what this refuses, the runtime guard refuses and audits with its reason, and
+    the action mask and the autoscalers size their requests by the same rules
+    (:func:`scale_up_room`, :func:`scale_down_room`, :func:`pool_candidates`,
+    :func:`reconfigure_check`). It reads nothing but ``state``.
+    """
+    if isinstance(decision, Place):
+        run = state.queue.get(decision.job_id)
+        if run is None:
+            return f"job {decision.job_id} is not queued"
+        return check_placement(state, run.job, decision.placement)
+    if isinstance(decision, Reconfigure):
+        return reconfigure_check(state, decision.node_id, decision.gpu_index, decision.layout)
+    if isinstance(decision, Preempt):
+        return None if decision.job_id in state.running else f"job {decision.job_id} is not running"
+    if isinstance(decision, Scale):
+        return _scale_problem(state, decision)
+    if isinstance(decision, WakeAt):
+        if not isfinite(decision.time):
+            return "wake time is not finite"
+        return None if decision.time > state.time else "wake time is not in the future"
+    return f"unknown decision {decision!r}"
+
+
+def has_free_capacity(state: ClusterState) -> bool:
+    """True if any ready GPU, MIG instance or time-slice replica is free right now."""
+    now = state.time
+    for node in state.nodes.values():
+        if not node.ready:
+            continue
+        if node.free_whole > 0:
+            return True
+        for gpu in node.gpus:
+            if gpu.busy_until > now or not gpu.healthy:
+                continue
+            if gpu.slices:
+                for s in gpu.slices:
+                    if s.holder is None:
+                        return True
+            elif gpu.sharing is Sharing.TIMESLICE and len(gpu.holders) < gpu.replicas:
+                return True
+    return False

@@ -252,13 +252,12 @@ class Node:
 class Pool:
     """A pool's specification plus its current nodes."""
 
-    __slots__ = ("_seq", "nodes", "pending_nodes", "spec")
+    __slots__ = ("_seq", "nodes", "spec")
 
     def __init__(self, spec: PoolSpec) -> None:
         self.spec = spec
         self.nodes: dict[str, Node] = {}
         self._seq = 0
-        self.pending_nodes = 0
 
     @property
     def name(self) -> str:
@@ -267,13 +266,6 @@ class Pool:
     def new_node_id(self) -> str:
         self._seq += 1
         return f"{self.spec.name}-{self._seq:04d}"
-
-    def held_nodes(self) -> int:
-        """Nodes paid for: ready, provisioning or draining."""
-        return len(self.nodes)
-
-    def ready_nodes(self) -> list[Node]:
-        return [n for n in self.nodes.values() if n.status is NodeStatus.READY]
 
     def capacity_gpus(self) -> int:
         return sum(len(n.gpus) for n in self.nodes.values() if n.status is NodeStatus.READY)
@@ -401,7 +393,6 @@ class ClusterState:
         # signal in training and in serving.
         self._arrival_rate = 0.0
         self._arrival_t = 0.0
-        self.total_gpus_max = sum(p.max_nodes * p.gpus_per_node for p in pools)
         #: what schedulers may know about durations (learnt from completions).
         self.estimator = DurationEstimator()
         #: GPU-equivalents allocated now (a slice counts its compute share).

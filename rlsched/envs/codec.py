@@ -14,9 +14,12 @@ encoding must be used at serving time against a live :class:`ClusterState`;
 :meth:`ObservationCodec.signature` hashes the layout so a model card can record
 it and a server can refuse a model trained against a different one.
 
+With ``preempt_slots=R`` (opt-in; 0 keeps the layout above unchanged) the codec also
+shows R running jobs and offers to preempt each: see :class:`ObservationCodec`.
+
 Legality comes only from :mod:`rlsched.cluster.feasibility` (``pool_candidates``,
-``reconfigure_check``) and the pool bounds the engine enforces, so an action the
-mask allows is one the engine accepts.
+``reconfigure_check``, and ``check_decision`` for scaling), the gate the engine
+applies, so an action the mask allows is one the engine accepts.
 
 A codec built with ``trained=`` (a model's
 :class:`~rlsched.envs.trained_actions.TrainedActions`) also masks every action kind
@@ -38,21 +41,29 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-from rlsched.cluster.checkpoint import checkpoint_age, exposure
-from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
-from rlsched.cluster.feasibility import named_layouts, pack_layout, pool_candidates, reconfigure_check
+from rlsched.cluster.checkpoint import checkpoint_age, exposure, progress_now
+from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale
+from rlsched.cluster.estimate import believed_work
+from rlsched.cluster.feasibility import (
+    check_decision,
+    named_layouts,
+    pack_layout,
+    pool_candidates,
+    reconfigure_check,
+    scale_up_room,
+)
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, Gpu, JobRun, Node, NodeStatus, Placement, Pool, PoolKind, Sharing
+from rlsched.envs.nominate import Nomination
 from rlsched.envs.trained_actions import TrainedActions
-from rlsched.policies.autoscale import headroom
-from rlsched.policies.placement import _leftover
+from rlsched.policies.heuristics.placement import leftover
 
 #: Bumped whenever the meaning of any feature or action changes.
 CODEC_VERSION = 6
@@ -104,6 +115,25 @@ GLOBAL_FEATURES: tuple[str, ...] = (
     "log_demand_gpus",
     "log_cost_rate_usd_h",
 )
+#: Global features a codec adds only when asked (``extra_globals``), after :data:`GLOBAL_FEATURES`:
+#: ``estimate_log_error`` - the duration estimator's running mean of ``|log(actual / estimate)|``
+#: over finished jobs (:attr:`~rlsched.cluster.estimate.DurationEstimator.log_error`): how far an
+#: ordering by estimates can be trusted on this cluster.
+_OPTIONAL_GLOBAL_VALUES: dict[str, Callable[[ClusterState], float]] = {
+    "estimate_log_error": lambda state: min(state.estimator.log_error, _BOUND),
+}
+OPTIONAL_GLOBALS: tuple[str, ...] = tuple(_OPTIONAL_GLOBAL_VALUES)
+#: Per running slot (only with ``preempt_slots`` > 0).
+RUNNING_FEATURES: tuple[str, ...] = (
+    "present",
+    "log2_num_gpus",
+    "log_attained_gpu_h",
+    "log_believed_remaining_h",
+    "log_run_time_h",
+    "log_checkpoint_age_h",
+    "log_restarts",
+    "user_gpu_share",
+)
 
 #: Every feature is bounded to this range (they are logs and fractions; the clip
 #: only guards against absurd inputs so the observation always lies in its space).
@@ -117,6 +147,16 @@ _SHARING_COLS = {Sharing.EXCLUSIVE: 4, Sharing.MIG: 5, Sharing.TIMESLICE: 6}
 _F_STATIC = 4  # present, log2 gpus, fraction, fractional
 _F_DYNAMIC = len(JOB_FEATURES)
 _log1p = math.log1p
+
+
+def _memo_estimate(memo: dict[tuple[str, int, int], float] | None, raw: Callable[[Job], float],
+                   job: Job) -> float:
+    """``raw(job)`` through :meth:`ObservationCodec._estimate_memo`'s memo (None: the oracle, per job)."""
+    if memo is None:
+        return raw(job)
+    ck = (job.user, job.num_gpus, job.gpu_milli)
+    got = memo.get(ck)
+    return got if got is not None else memo.setdefault(ck, raw(job))
 
 
 class _PoolCache:
@@ -158,47 +198,83 @@ class ObservationCodec:
             not controllable).
         layouts: layout slots L per pool for MIG reconfiguration (named layouts in
             :data:`LAYOUT_ORDER`, padded with masked slots).
-        trained: the action kinds a served model was trained with; :meth:`mask` leaves
-            out every other one. None (training, teachers): no restriction.
+        nominators: heuristics whose next jobs fill the job slots (:mod:`rlsched.envs.nominate`).
+        preempt_slots: running slots R (default 0: no running slots, no preempt actions,
+            the layout and signature of a codec built without the option).
+        extra_globals: names from :data:`OPTIONAL_GLOBALS` appended to the global features
+            (default none: the layout and signature of a codec built without the option).
 
-    The action space is ``Discrete(K*P + P*L + 2*P + 1)``:
+    The action space is ``Discrete(K*P + P*L + 2*P + R + 1)``:
 
     * ``k*P + p``: place job slot ``k`` in pool slot ``p`` (best fit inside the pool);
     * ``K*P + p*L + l``: reconfigure one idle GPU of MIG pool ``p`` to layout ``l``;
     * ``K*P + P*L + 2*p``: scale pool ``p`` up by one node, ``+1``: down by one node;
-    * ``K*P + P*L + 2*P``: wait (let time advance); legal only when no window job fits a
-      pool slot other than an on-demand one (see :meth:`mask`).
+    * ``K*P + P*L + 2*P + r``: preempt the job of running slot ``r`` (only with R > 0):
+      a graceful, checkpointed :class:`~rlsched.cluster.decisions.Preempt` (reason
+      ``"policy"``); the job requeues keeping its progress and pays the restart overhead.
+      Legal only when the engine accepts it (``check_decision``), some window job is
+      blocked (fits no pool slot the model may place in), and, with ``trained``, the
+      model was trained to preempt: preempting with nothing waiting only wastes work;
+    * last (``K*P + P*L + 2*P + R``): wait (let time advance); legal only when no window
+      job fits a pool slot other than an on-demand one (see :meth:`mask`).
+
+    With R > 0 the observation has a ``running`` array (R, len(:data:`RUNNING_FEATURES`)):
+    the R preemptible running jobs with a placement that have received the most GPU
+    service (Tiresias' order: the most attained GPU-time first, job id on ties), each with
+    its presence, ``log2`` GPUs, attained GPU-hours, believed remaining hours (the
+    estimate doubled past the progress made, :func:`~rlsched.cluster.estimate.believed_work`),
+    hours since it started, checkpoint age, restarts (``log1p`` of each) and its user's
+    share of the GPUs in use.
 
     Every feature is bounded by construction (fractions, one-hots, ``log1p`` of
     hours or counts), well inside the observation space's +-50 for any input
     below 1e20 seconds.
     """
 
-    def __init__(self, window: int = 16, max_pools: int = 4, layouts: int = 6,
-                 trained: TrainedActions | None = None) -> None:
-        if window < 1 or max_pools < 1 or layouts < 0:
-            raise ValueError("window and max_pools must be >= 1 and layouts >= 0")
+    def __init__(self, window: int = 16, max_pools: int = 4, layouts: int = 6, nominators: Sequence[str] = (),
+                 preempt_slots: int = 0, extra_globals: Sequence[str] = ()) -> None:
+        if window < 1 or max_pools < 1 or layouts < 0 or preempt_slots < 0:
+            raise ValueError("window and max_pools must be >= 1, layouts and preempt_slots >= 0")
+        unknown = [g for g in extra_globals if g not in OPTIONAL_GLOBALS]
+        if unknown:
+            raise ValueError(f"unknown extra global feature {unknown[0]!r} (known: {', '.join(OPTIONAL_GLOBALS)})")
+        #: the optional global features this codec adds, in :data:`OPTIONAL_GLOBALS` order
+        self.extra_globals: tuple[str, ...] = tuple(g for g in OPTIONAL_GLOBALS if g in extra_globals)
         self.window = window
         self.max_pools = max_pools
         self.layouts = layouts
-        self.trained = trained
+        #: the action kinds a served model was trained with (:meth:`restrict`); None: no restriction
+        self.trained: TrainedActions | None = None
+        #: with nominators: the window holds what each of these heuristics would run next
+        self.nomination = Nomination(nominators, window) if nominators else None
+        self._nom_cols = np.zeros((window, len(self.nomination.features) if self.nomination else 0), dtype=np.float32)
         self.job_features: tuple[str, ...] = JOB_FEATURES + tuple(f"feasible_pool{p}" for p in range(max_pools))
+        if self.nomination is not None:
+            self.job_features += self.nomination.features
         self.pool_features = POOL_FEATURES
-        self.global_features = GLOBAL_FEATURES
+        self.global_features = GLOBAL_FEATURES + self.extra_globals
         k, p, n_l = window, max_pools, layouts
         self.place_offset = 0
         self.reconfigure_offset = k * p
         self.scale_offset = k * p + p * n_l
-        self.wait_action = self.scale_offset + 2 * p
+        self.preempt_slots = preempt_slots
+        self.running_features: tuple[str, ...] = RUNNING_FEATURES if preempt_slots else ()
+        self.preempt_offset = self.scale_offset + 2 * p
+        self.wait_action = self.preempt_offset + preempt_slots
         self.n_actions = self.wait_action + 1
-        fj, fp, g = len(self.job_features), len(POOL_FEATURES), len(GLOBAL_FEATURES)
-        self.observation_space = spaces.Dict(
-            {
-                "jobs": spaces.Box(-_BOUND, _BOUND, shape=(k, fj), dtype=np.float32),
-                "pools": spaces.Box(-_BOUND, _BOUND, shape=(p, fp), dtype=np.float32),
-                "globals": spaces.Box(-_BOUND, _BOUND, shape=(g,), dtype=np.float32),
-            }
-        )
+        fj, fp, g = len(self.job_features), len(POOL_FEATURES), len(self.global_features)
+        obs_spaces: dict[str, spaces.Space[Any]] = {
+            "jobs": spaces.Box(-_BOUND, _BOUND, shape=(k, fj), dtype=np.float32),
+            "pools": spaces.Box(-_BOUND, _BOUND, shape=(p, fp), dtype=np.float32),
+            "globals": spaces.Box(-_BOUND, _BOUND, shape=(g,), dtype=np.float32),
+        }
+        if preempt_slots:
+            obs_spaces["running"] = spaces.Box(-_BOUND, _BOUND, shape=(preempt_slots, len(RUNNING_FEATURES)),
+                                               dtype=np.float32)
+        self.observation_space = spaces.Dict(obs_spaces)
+        #: running slots: their rows, the jobs in them, and whether the engine would preempt each now
+        self._running = np.zeros((preempt_slots, len(RUNNING_FEATURES)), dtype=np.float32)
+        self._running_runs: list[JobRun] = []
         self.action_space = spaces.Discrete(self.n_actions)
         self._pools = np.zeros((p, fp), dtype=np.float32)
         #: legality of reconfigure/scale/wait actions (the part of the mask after the place block)
@@ -256,9 +332,18 @@ class ObservationCodec:
             "globals=" + ",".join(self.global_features),
             "layouts=" + ",".join(LAYOUT_ORDER[: self.layouts]),
             "actions=place(k*P+p),reconfigure(KP+p*L+l),scale(KP+PL+2p+{up,down}),wait",
-            f"window=head{self.window // 2}+shortest{self.window - self.window // 2}ofqueue",
+            (f"window=nominated-by:{','.join(self.nomination.names)}" if self.nomination is not None
+             else f"window=head{self.window // 2}+shortest{self.window - self.window // 2}ofqueue"),
             "wait=only-when-nothing-fits-but-on-demand",
         ]
+        if self.preempt_slots:
+            parts += [
+                f"R={self.preempt_slots}",
+                "running=" + ",".join(self.running_features),
+                "running=preemptible-placed-by-most-attained-gpu-service",
+                "actions+=preempt(KP+PL+2P+r),wait-last",
+                "preempt=graceful-checkpointed-only-when-a-window-job-is-blocked",
+            ]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"gpupool-codec-v{CODEC_VERSION}-{digest}"
 
@@ -273,6 +358,10 @@ class ObservationCodec:
             "pool_features": list(self.pool_features),
             "global_features": list(self.global_features),
             "n_actions": self.n_actions,
+            "nominators": list(self.nomination.names) if self.nomination is not None else [],
+            **({"extra_globals": list(self.extra_globals)} if self.extra_globals else {}),
+            **({"preempt_slots": self.preempt_slots, "running_features": list(self.running_features)}
+               if self.preempt_slots else {}),
         }
 
     # ------------------------------------------------------------------ caching
@@ -302,6 +391,13 @@ class ObservationCodec:
         for slot in self._slots:
             if slot.pool.name == pool:
                 slot.dirty = True
+
+    def restrict(self, trained: TrainedActions | None) -> ObservationCodec:
+        """Mask every action outside ``trained`` from now on (a served model's record, or the
+        training environment's when a rule owns an action kind); None lifts it. Returns the codec."""
+        self.trained = trained
+        self._state = None  # bind again: the masks of the bound pools depend on it
+        return self
 
     def _bind(self, state: ClusterState) -> None:
         self._state = state
@@ -352,6 +448,9 @@ class ObservationCodec:
             self._tail_ok[i * n_l:(i + 1) * n_l] = trained.allows("reconfigure", kind)
             self._tail_ok[scale0 + 2 * i] = trained.allows("scale_up", kind)
             self._tail_ok[scale0 + 2 * i + 1] = trained.allows("scale_down", kind)
+        if self.preempt_slots:
+            pre0 = self.preempt_offset - self.reconfigure_offset
+            self._tail_ok[pre0:pre0 + self.preempt_slots] = trained.preempt
 
     def _sync(self, state: ClusterState) -> None:
         """Bring every cache up to date for ``state``."""
@@ -378,16 +477,62 @@ class ObservationCodec:
                     ok = bool(pool_candidates(slot.pool, run.job, now, first=True))
                     f[sid] = ok
                     feas[sid, slot.index] = 1.0 if ok else 0.0
+        if self.preempt_slots:
+            self._refresh_running(state, now)
         self._clean = True
+
+    def _refresh_running(self, state: ClusterState, now: float) -> None:
+        """The running slots' jobs, rows and preempt legality (the preempt part of the tail).
+
+        Recomputed whenever anything was invalidated: every apply and advance changes
+        the running set, the window or the free capacity a blocked job is judged by.
+        """
+        r_slots = self.preempt_slots
+        running = state.running.values()
+        cands = [(run.attained + (now - run.started_at) * run.job.gpu_demand, run.job.job_id, run)
+                 for run in running if run.job.preemptible and run.placement is not None]
+        top = heapq.nsmallest(r_slots, cands, key=lambda c: (-c[0], c[1]))
+        rows = self._running
+        rows[:] = 0.0
+        runs: list[JobRun] = []
+        usage: dict[str, float] = {}
+        total = 0.0
+        if top:  # the users' shares of the GPUs in use (only needed for a filled slot)
+            for run in running:
+                job = run.job
+                usage[job.user] = usage.get(job.user, 0.0) + job.gpu_demand
+                total += job.gpu_demand
+        memo, raw = self._estimate_memo(state)
+        for i, (attained, _, run) in enumerate(top):
+            job = run.job
+            e = _memo_estimate(memo, raw, job)
+            progress = progress_now(run, now)
+            remaining = max(believed_work(e, progress) - progress, 0.0)
+            rows[i] = (1.0, math.log2(max(job.num_gpus, 1)) + 1.0, _log1p(max(attained, 0.0) / 3600.0),
+                       _log1p(remaining / 3600.0), _log1p(max(now - run.started_at, 0.0) / 3600.0),
+                       _log1p(checkpoint_age(run, now) / 3600.0), _log1p(run.restarts),
+                       usage.get(job.user, 0.0) / total if total > 0 else 0.0)
+            runs.append(run)
+        self._running_runs = runs
+        n = len(self._window_runs)
+        # a window job is blocked when it fits no pool slot the model may place in
+        blocked = n > 0 and bool(((self._feas.take(self._shape_idx[:n], axis=0) * self._place_ok).max(axis=1)
+                                  <= 0.0).any())
+        pre0 = self.preempt_offset - self.reconfigure_offset
+        tail = self._tail
+        for i in range(r_slots):
+            tail[pre0 + i] = (blocked and i < len(runs)
+                              and check_decision(state, Preempt(runs[i].job.job_id, reason="policy")) is None)
 
     def _refresh_pool(self, slot: _PoolCache, state: ClusterState, now: float) -> None:
         pool = slot.pool
         spec = pool.spec
         mig = spec.sharing is Sharing.MIG
         held = ready = prov = free_whole = free_mig = 0
-        idle_node = False
         # first idle, open GPU per distinct current layout (MIG pools): reconfiguration candidates
         idle_by_layout: dict[tuple[str, ...], tuple[Node, Gpu]] = {}
+        # layouts some GPU of the pool is being re-split to right now
+        inflight: set[tuple[str, ...]] = set()
         nodes = pool.nodes
         held = len(nodes)
         for node in nodes.values():
@@ -395,11 +540,11 @@ class ObservationCodec:
             if st is _READY:
                 ready += 1
                 free_whole += node.free_whole
-                if not node.jobs:
-                    idle_node = True
                 if mig:
                     for gpu in node.gpus:
-                        if gpu.busy_until <= now and gpu.healthy:
+                        if gpu.busy_until > now:
+                            inflight.add(self._gpu_layout_key(gpu))
+                        elif gpu.healthy:
                             all_free = not gpu.holders
                             for sl in gpu.slices:
                                 if sl.holder is None:
@@ -413,11 +558,9 @@ class ObservationCodec:
                                     idle_by_layout[key] = (node, gpu)
             elif st is _PROVISIONING:
                 prov += 1
-                idle_node = True
-        elastic = spec.kind.elastic
-        room = headroom(state, pool) if elastic else 0
-        slot.can_up = elastic and room > 0
-        slot.can_down = elastic and idle_node and held > spec.min_nodes
+        room = scale_up_room(state, pool)
+        slot.can_up = check_decision(state, Scale(spec.name, 1)) is None
+        slot.can_down = check_decision(state, Scale(spec.name, -1)) is None
         max_nodes = slot.max_nodes
         max_gpus = slot.max_gpus
         q = state.quotes.get(spec.name)
@@ -460,6 +603,8 @@ class ObservationCodec:
                 if lay is None:
                     continue
                 target = slot.layout_keys[li]
+                if target in inflight:
+                    continue  # one re-split per layout at a time: the one in flight serves the same jobs
                 for key, (node, gpu) in idle_by_layout.items():
                     if key == target:
                         continue
@@ -555,13 +700,15 @@ class ObservationCodec:
 
         A head-only window fills with jobs that cannot start and hides the short jobs
         that backfilling (and SJF-like ordering) would run (the window-staleness
-        problem of Deep Back-Filling); the tail half gives the policy those choices.
-        Codec v3 took them from the next 64 jobs only, which in a burst of a thousand
-        queued jobs hid exactly the short ones: a clone of SJF through that window
-        scheduled no better than weighted-priority. Estimates depend only on
+        problem of Deep Back-Filling); the tail half gives the policy those choices,
+        taken from the whole queue because in a burst of a thousand queued jobs a
+        bounded look-ahead hides exactly the short ones. Estimates depend only on
         (user, GPUs, milli-GPU), so the state's per-key queue index gives the
         candidates in O(keys + K) (the oracle estimator, per job, scans the queue).
         """
+        if self.nomination is not None:
+            runs, self._nom_cols = self.nomination.select(state, self._fits_somewhere)
+            return runs
         k = self.window
         queue = state.queue
         if len(queue) <= k:
@@ -610,6 +757,12 @@ class ObservationCodec:
         self._sel_key, self._sel_runs = key, runs
         return list(runs)
 
+    def _fits_somewhere(self, run: JobRun) -> bool:
+        """Whether ``run`` could be placed now in a controlled pool the model may place in."""
+        now = self._state.time if self._state is not None else 0.0
+        return any(self._place_ok[s.index] and pool_candidates(s.pool, run.job, now, first=True)
+                   for s in self._slots)
+
     def _estimate_memo(self, state: ClusterState) -> tuple[dict[tuple[str, int, int], float] | None,
                                                            Callable[[Job], float]]:
         """``state.estimator.estimate`` and a memo of its answers keyed on what it reads.
@@ -631,7 +784,8 @@ class ObservationCodec:
         win_key = (id(state), state.queue_version, id(estimator), estimator.version, self._epoch)
         if win_key == self._win_key:
             return  # same queue, same estimates, same time: e.g. after a scale or reconfigure step
-        self._win_key = win_key
+        if self.nomination is None:
+            self._win_key = win_key  # nominations also depend on free capacity: never reused
         runs = self._select_window(state)
         epoch = self._epoch
         job_row = self._job_row
@@ -660,12 +814,7 @@ class ObservationCodec:
                 job_row[job.job_id] = entry
             demand += entry[3]
             if entry[1] != epoch:
-                if memo is None:
-                    e = raw(job)
-                else:
-                    ck = (job.user, job.num_gpus, job.gpu_milli)
-                    got = memo.get(ck)
-                    e = got if got is not None else memo.setdefault(ck, raw(job))
+                e = _memo_estimate(memo, raw, job)
                 wait = run.queued_s + (now - run.enqueued_at)
                 dl = job.deadline
                 if dl is None:
@@ -698,9 +847,12 @@ class ObservationCodec:
         self._sync(state)
         now = state.time
         slots = self._slots
-        jobs = np.empty((self.window, _F_DYNAMIC + self.max_pools), dtype=np.float32)
+        nf = _F_DYNAMIC + self.max_pools
+        jobs = np.empty((self.window, len(self.job_features)), dtype=np.float32)
         jobs[:, :_F_DYNAMIC] = self._store.take(self._row_idx, axis=0)
-        jobs[:, _F_DYNAMIC:] = self._feas.take(self._shape_idx, axis=0)
+        jobs[:, _F_DYNAMIC:nf] = self._feas.take(self._shape_idx, axis=0)
+        if self.nomination is not None:
+            jobs[:, nf:] = self._nom_cols
         qkey = (id(state), state.queue_version)
         if qkey == self._demand_key:
             total = self._demand_total
@@ -731,9 +883,12 @@ class ObservationCodec:
                 math.cos(tod),
                 _log1p(max(demand, 0.0)),
                 _log1p(max(cost_rate, 0.0)),
+                *(_OPTIONAL_GLOBAL_VALUES[name](state) for name in self.extra_globals),
             ),
             dtype=np.float32,
         )
+        if self.preempt_slots:
+            return {"jobs": jobs, "pools": self._pools.copy(), "globals": g, "running": self._running.copy()}
         return {"jobs": jobs, "pools": self._pools.copy(), "globals": g}
 
     def _uncontrolled_capacity(self) -> int:
@@ -756,9 +911,13 @@ class ObservationCodec:
         large ones. On-demand capacity is the exception because holding it is the
         expensive choice: a fully work-conserving policy must feed every on-demand node
         it holds, so a node bought for one burst never drains and never reaches the idle
-        stop (measured on codec v5: on openb, where no deadline is at risk, the spot
-        policy kept ~2,350 USD of on-demand nodes busy with jobs that could have waited
-        minutes for spot). Waiting while only on-demand fits lets it drain them.
+        stop (BENCHMARKS.md, "Design notes moved from docstrings"). Waiting while only
+        on-demand fits lets it drain them.
+
+        A MIG layout that a GPU of the pool is being re-split to right now is not offered
+        again until that re-split finishes: the one in flight serves the same blocked jobs,
+        and offering it at every step (time does not move between steps) let a policy
+        re-split one idle GPU after another for a single job.
         """
         self._sync(state)
         feas = self._feas.take(self._shape_idx, axis=0)
@@ -810,8 +969,12 @@ class ObservationCodec:
             found = pool_candidates(pool, run.job, state.time)
             if not found:
                 return Place(run.job.job_id, Placement(pool.name, ()))
-            best = found[0] if len(found) == 1 else min(found, key=lambda pl: _leftover(state, pl))
+            best = found[0] if len(found) == 1 else min(found, key=lambda pl: leftover(state, pl))
             return Place(run.job.job_id, best)
+        if a >= self.preempt_offset:
+            r = a - self.preempt_offset
+            running = self._running_runs
+            return Preempt(running[r].job.job_id if r < len(running) else "", reason="policy")
         if a < self.scale_offset:
             p, li = divmod(a - self.reconfigure_offset, self.layouts)
             if p >= len(pools):
@@ -836,16 +999,35 @@ class ObservationCodec:
         return [named.get(n) for n in LAYOUT_ORDER[: self.layouts]] + [None] * max(
             self.layouts - len(LAYOUT_ORDER), 0)
 
+    def layouts_of(self, pool: Pool) -> list[tuple[str, ...] | None]:
+        """The layout of each reconfiguration slot of ``pool`` (None: a masked slot)."""
+        return self._layouts_for(pool)
+
+    def nomination_columns(self, state: ClusterState) -> np.ndarray:
+        """Per job slot, who nominated it (``nominated_<name>`` = 1 / (1 + rank)) and the user's GPU share.
+
+        Columns as :attr:`Nomination.features`; zero columns without nominators.
+        """
+        self._sync(state)
+        return self._nom_cols
+
     def window_runs(self, state: ClusterState) -> list[JobRun]:
         """The queued jobs in the job slots, in slot order (see :meth:`_select_window`)."""
         self._sync(state)
         return list(self._window_runs)
+
+    def running_runs(self, state: ClusterState) -> list[JobRun]:
+        """The running jobs in the running slots, in slot order (empty without preempt slots)."""
+        self._sync(state)
+        return list(self._running_runs)
 
     def action_name(self, action: int) -> str:
         """A readable name of an action (for logs)."""
         a = int(action)
         if a == self.wait_action:
             return "wait"
+        if self.preempt_offset <= a < self.wait_action:
+            return f"preempt(running{a - self.preempt_offset})"
         if a < self.reconfigure_offset:
             k, p = divmod(a, self.max_pools)
             return f"place(job{k}, pool{p})"

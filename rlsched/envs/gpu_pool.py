@@ -10,6 +10,7 @@ skips states where waiting is the only legal action.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.cluster.decisions import Place, Reconfigure, Scale
+from rlsched.cluster.decisions import Place, Preempt, Reconfigure, Scale
 from rlsched.cluster.job import Job
 from rlsched.envs.codec import ObservationCodec
-from rlsched.policies.rules import RuleParams, build_rules, run_rules
+from rlsched.envs.trained_actions import TrainedActions
+from rlsched.policies.rules import RuleParams, build_rules, owned_actions, run_rules
 from rlsched.scenario import Scenario, load_scenario
 from rlsched.sim.engine import Engine
 from rlsched.workload.forecast import DemandForecaster, fresh_forecaster
@@ -65,26 +67,42 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     ``all-3g``, ``balanced``, ``mixed-4-3``, ``all-7g``):
 
     * ``k*P + p``: place job slot ``k`` in pool ``p`` (best fit inside the pool);
-    * ``K*P + p*L + l``: reconfigure the least-loaded idle GPU of MIG pool ``p`` to layout ``l``;
+    * ``K*P + p*L + l``: reconfigure an idle GPU of MIG pool ``p`` (least-loaded node first)
+      to layout ``l``;
     * ``K*P + P*L + 2*p`` / ``+1``: scale pool ``p`` up / down by one node;
-    * ``K*P + P*L + 2*P``: wait.
+    * ``K*P + P*L + 2*P + r``: preempt running slot ``r`` (only with ``preempt_slots`` R > 0;
+      graceful and checkpointed, legal only while some window job is blocked);
+    * ``K*P + P*L + 2*P + R``: wait.
 
-    :meth:`action_masks` gives the legal actions (from the feasibility module);
-    use ``sb3_contrib.MaskablePPO`` or mask logits yourself. An illegal action is
-    refused by the engine, counted in ``info["refused"]`` and penalised.
+    :meth:`action_masks` gives the legal actions (the codec's mask, from the
+    feasibility module); use ``sb3_contrib.MaskablePPO`` or mask logits yourself.
+    The mask is work-conserving except for on-demand capacity: waiting is legal only
+    when no window job fits an on-prem or spot pool (so on-demand nodes bought for a
+    burst can drain), and never when no event is pending while another action is
+    legal (waiting would strand the queue). An illegal action is refused by the
+    engine, counted in ``info["refused"]`` and penalised.
 
     ## Observation Space
 
     A ``Dict`` (see :class:`~rlsched.envs.codec.ObservationCodec` for every column):
 
-    * ``jobs`` ``(K, 11 + P)``: per job slot (first K queued jobs, submission
-      order): presence, size, fraction, estimated duration (the online estimator,
-      never the true duration), wait, priority, preemptible, deadline slack,
-      attained service, restarts, and whether it can be placed in each pool now;
-    * ``pools`` ``(P, 18)``: kind, sharing, nodes held/ready/provisioning, free
-      GPUs and MIG compute, prices, spot headroom, reclaim rate, scalability;
-    * ``globals`` ``(8,)``: queue length, backlog beyond the window, running jobs,
-      utilisation, time of day, demand signal and cost rate.
+    * ``jobs`` ``(K, 12 + P)``: per job slot (the K/2 oldest queued jobs, then the
+      K - K/2 others with the shortest estimated duration): presence, size, fraction,
+      whether fractional, estimated duration (the online estimator, never the true
+      duration), wait, priority, preemptible, deadline slack, attained service,
+      restarts, checkpoint age, and whether it can be placed in each pool now. With
+      N ``nominators`` the slots hold each nominator's next jobs that fit instead, and
+      N + 1 columns follow: each nominator's rank for the slot and the user's GPU share
+      (:mod:`rlsched.envs.nominate`);
+    * ``pools`` ``(P, 19)``: presence, kind, sharing, nodes held/ready/provisioning,
+      free GPUs and MIG compute, price and on-demand price, spot headroom, reclaim
+      rate, whether it can scale up/down, and the GPU-hours of work at risk of a reclaim;
+    * ``globals`` ``(8,)``: queue length, GPUs queued beyond the window, running jobs,
+      utilisation, time of day (sine and cosine), demand signal and cost rate;
+    * ``running`` ``(R, 8)``, only with ``preempt_slots`` R > 0: the R preemptible running
+      jobs with the most attained GPU service: presence, size, attained GPU-hours,
+      believed remaining hours, hours since start, checkpoint age, restarts, the user's
+      GPU share.
 
     ## Rewards
 
@@ -102,6 +120,10 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     * ``deadline`` [10.0] per job that misses its deadline (counted when the
       deadline passes with the job unfinished);
     * ``invalid`` [0.1] per action the engine refused.
+
+    A job left stranded (never placed, or unfinished at the simulation horizon)
+    counts as ``STRANDED_PENALTY_H`` (100) job-hours in the ``jct`` term, so ending
+    an episode with jobs left behind is never cheaper than serving them.
 
     ``info`` carries the raw components (``reward_components``), the simulated
     time since the start (``sim_time``), refusals and auto-advances.
@@ -136,16 +158,24 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     * ``forecast_horizon_s`` (3600): the forecast horizon.
     * ``rules``: ``{rule name: constructor arguments}`` of the rules the agent is
       trained behind (:mod:`rlsched.policies.rules`: ``deadline_guard``,
-      ``consolidate``), or None (none). They act after every advance of time, before
-      the agent sees the state - urgent deadline jobs are placed on safe capacity,
-      lightly used elastic nodes are emptied and released - as they do at serving
-      time for a model saved with the same rules.
+      ``consolidate``, ``preempt_long``), or None (none). They act after every advance
+      of time, before the agent sees the state - urgent deadline jobs are placed on
+      safe capacity, lightly used elastic nodes are emptied and released, much longer
+      jobs are suspended for blocked short ones - as they do at serving time for a
+      model saved with the same rules. The action kinds a rule owns (``mig_resplit``: MIG
+      re-splits) are masked for the agent.
+    * ``nominators``: heuristics whose next jobs fill the job slots
+      (:mod:`rlsched.envs.nominate`); empty: the head and the shortest of the queue.
+    * ``preempt_slots`` (0): running slots R the agent may preempt (the codec's option;
+      0 keeps the observation and action layout without them).
+    * ``extra_globals`` (none): optional global features (the codec's option, e.g.
+      ``estimate_log_error``).
 
     ## Version History
 
-    * v0: initial version (codec version 1); the codec's own version is in its signature
-      (``ObservationCodec.signature``). 2026-11-30: the ``deadline_guard`` argument became
-      ``rules`` (``{"deadline_guard": {...}}`` keeps the old behaviour).
+    * v0: the only version. The observation and action layout is versioned by the
+      codec (``CODEC_VERSION`` in :mod:`rlsched.envs.codec`, part of
+      ``ObservationCodec.signature``), which a model records and serving checks.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -163,6 +193,9 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         forecaster: DemandForecaster | None = None,
         forecast_horizon_s: float = 3600.0,
         rules: RuleParams | None = None,
+        nominators: Sequence[str] = (),
+        preempt_slots: int = 0,
+        extra_globals: Sequence[str] = (),
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not self.scenario.jobs:
@@ -184,7 +217,10 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         self.episode_jobs = episode_jobs
         self.max_steps = max_steps
         self.render_mode = render_mode
-        self.codec = ObservationCodec(window=window, max_pools=max_pools)
+        # the actions a rule owns (MIG re-splits under mig_resplit) are masked: the rule takes them
+        trained = TrainedActions.behind_rules(owned_actions(rules), "training")
+        self.codec = ObservationCodec(window=window, max_pools=max_pools, nominators=nominators,
+                                      preempt_slots=preempt_slots, extra_globals=extra_globals).restrict(trained)
         self.observation_space = self.codec.observation_space
         self.action_space = self.codec.action_space
         self._jobs_sorted = sorted(self.scenario.jobs, key=lambda j: j.submit_time)
@@ -272,12 +308,7 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             # Jobs the policy left to strand count as if each stayed in the system this long.
             acc["job_hours"] += (stranded - self._stranded) * STRANDED_PENALTY_H
             self._stranded = stranded
-        if eng.preemptions != self._preemptions:
-            lost = sum(r.lost_gpu_seconds for r in eng.runs.values())
-            acc["preemptions"] += eng.preemptions - self._preemptions
-            acc["lost_gpu_hours"] += (lost - self._lost_gpu_s) / 3600.0
-            self._preemptions = eng.preemptions
-            self._lost_gpu_s = lost
+        self._count_preemptions(acc)
         dls = self._deadlines
         i = self._next_deadline
         if i < len(dls) and (dls[i][0] < eng.now or not moved):
@@ -291,6 +322,17 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
                 i += 1
             self._next_deadline = i
         return moved
+
+    def _count_preemptions(self, acc: dict[str, float]) -> None:
+        """Add the preemptions (and the work they lost) since the last count to ``acc``."""
+        eng = self._engine
+        assert eng is not None
+        if eng.preemptions != self._preemptions:
+            lost = sum(r.lost_gpu_seconds for r in eng.runs.values())
+            acc["preemptions"] += eng.preemptions - self._preemptions
+            acc["lost_gpu_hours"] += (lost - self._lost_gpu_s) / 3600.0
+            self._preemptions = eng.preemptions
+            self._lost_gpu_s = lost
 
     def _auto_advance(self) -> np.ndarray:
         """Advance while waiting is the only legal action; returns the mask of the state reached."""
@@ -325,13 +367,19 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             if not eng.done:
                 self._advance()
         else:
+            # the pool a preemption frees (read before the engine clears the placement)
+            victim = eng.state.running.get(decision.job_id) if isinstance(decision, Preempt) else None
+            freed = victim.placement.pool if victim is not None and victim.placement is not None else None
             reason = eng.apply(decision)
             if reason is not None:
                 refused = True
                 self._refused += 1
                 acc["invalid"] += 1.0
             else:
-                if isinstance(decision, (Place, Scale)):
+                if isinstance(decision, Preempt):
+                    self._count_preemptions(acc)  # the policy's own preemptions are penalised like any
+                    pool = freed
+                elif isinstance(decision, (Place, Scale)):
                     pool = decision.placement.pool if isinstance(decision, Place) else decision.pool
                 else:
                     assert isinstance(decision, Reconfigure)

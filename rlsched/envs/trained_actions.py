@@ -5,16 +5,25 @@ legal somewhere in its training worlds ever received a gradient: a policy traine
 on-prem fleets has never been rewarded or punished for ``scale +1`` on a spot pool,
 so those outputs are whatever the initial weights made them. Served on a fleet with
 more (elastic pools, MIG pools), an untrained output can win the argmax over every
-trained one - the shipped on-prem model scored ``scale -1`` above 13 legal placements
-and alternated +1 / -1 forever.
+trained one, e.g. alternate ``scale +1`` / ``scale -1`` forever while placements are
+legal (BENCHMARKS.md, "Models outside their training: masking and loop hand-overs").
 
 :class:`TrainedActions` records, per action kind (place, reconfigure MIG, scale up,
 scale down), the pool kinds (on-prem, on-demand, spot) on which that kind was legal
 in training, plus whether waiting was. The trainer writes it into the model folder
 (:data:`ACTIONS_FILE`); :class:`~rlsched.envs.codec.ObservationCodec` masks every
 action outside it when the model is served or simulated; and
-:class:`~rlsched.policies.ppo.PpoScheduler` hands the kinds the model lacks to a
+:class:`~rlsched.learned.ppo.PpoScheduler` hands the kinds the model lacks to a
 heuristic (see there), so the capacity the model cannot touch is still used.
+
+Preemption of a running job (the codec's opt-in ``preempt_slots``) is not a pool action:
+it is recorded as one flag, ``preempt``, true when the model's codec had preempt slots in
+training. A record without the flag (every record written before it existed) means the
+model was never trained to preempt, and its codec masks those actions.
+
+A rule the policy is trained behind may own an action kind (the MIG re-split rule owns
+``reconfigure``): the record then leaves that kind out, so the codec masks it in training
+and serving alike, and the complementing heuristic leaves it to the rule.
 
 The record is derived from the training fleets, not from the actions the policy
 happened to take: an action kind counts as trained on a pool kind when some training
@@ -26,7 +35,7 @@ reconfigure; elastic pools whose node count can move for scale up and down.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlsched.cluster.model import PoolKind, PoolSpec, Sharing
@@ -49,6 +58,8 @@ class TrainedActions:
             kind was legal in training.
         wait: whether waiting was a trained action (always true for the codec's
             layout; kept so a record states every kind the codec has).
+        preempt: whether preempting a running job was a trained action (the codec had
+            preempt slots in training).
         source: where the record comes from (the training worlds, an experiment, or
             the conservative default for a model folder without one).
     """
@@ -59,13 +70,14 @@ class TrainedActions:
     scale_down: frozenset[PoolKind]
     wait: bool = True
     source: str = ""
+    preempt: bool = False
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def unrestricted(cls, source: str = "unrestricted") -> TrainedActions:
         """Every action on every pool kind (what a training environment offers)."""
         every = frozenset(PoolKind)
-        return cls(every, every, every, every, True, source)
+        return cls(every, every, every, every, True, source, preempt=True)
 
     @classmethod
     def conservative(cls, source: str) -> TrainedActions:
@@ -73,18 +85,19 @@ class TrainedActions:
 
         The record assumed for a model folder without :data:`ACTIONS_FILE`: every
         training world has a pool to place in and a moment to wait, so those outputs
-        are trained whatever the fleet was; reconfiguration and scaling exist only on
-        some fleets, so without a record they are treated as never learned (the
-        heuristic that complements the model takes them).
+        are trained whatever the fleet was; reconfiguration, scaling and preemption exist
+        only on some fleets or codecs, so without a record they are treated as never
+        learned (the heuristic that complements the model takes them).
         """
         return cls(frozenset(PoolKind), frozenset(), frozenset(), frozenset(), True, source)
 
     @classmethod
     def of_fleets(cls, fleets: Iterable[Sequence[PoolSpec]], *, max_pools: int, layouts: int,
-                  source: str) -> TrainedActions:
+                  source: str, preempt_slots: int = 0) -> TrainedActions:
         """The actions legal somewhere in ``fleets`` (each a pool list in declared order).
 
         Pools past ``max_pools`` are not controllable by the codec, so they teach nothing.
+        Preemption counts as trained when the codec had ``preempt_slots`` (> 0).
         """
         place: set[PoolKind] = set()
         reconf: set[PoolKind] = set()
@@ -96,7 +109,24 @@ class TrainedActions:
                     reconf.add(spec.kind)
                 if spec.kind.elastic and spec.max_nodes > spec.min_nodes:
                     scale.add(spec.kind)
-        return cls(frozenset(place), frozenset(reconf), frozenset(scale), frozenset(scale), True, source)
+        return cls(frozenset(place), frozenset(reconf), frozenset(scale), frozenset(scale), True, source,
+                   preempt=preempt_slots > 0)
+
+    @classmethod
+    def behind_rules(cls, owned: Iterable[str], source: str) -> TrainedActions | None:
+        """What a training environment or teacher offers behind rules owning ``owned``: every action
+        but those (None when the rules own nothing: no restriction at all)."""
+        owned = frozenset(owned)
+        return cls.unrestricted(source).without(owned) if owned else None
+
+    def without(self, kinds: Iterable[str]) -> TrainedActions:
+        """This record with the pool action ``kinds`` removed (those a rule owns: the rule takes them)."""
+        drop = set(kinds)
+        none: frozenset[PoolKind] = frozenset()
+        return replace(self, place=none if "place" in drop else self.place,
+                       reconfigure=none if "reconfigure" in drop else self.reconfigure,
+                       scale_up=none if "scale_up" in drop else self.scale_up,
+                       scale_down=none if "scale_down" in drop else self.scale_down)
 
     # ------------------------------------------------------------------ queries
     def allows(self, action: str, kind: PoolKind) -> bool:
@@ -113,6 +143,8 @@ class TrainedActions:
         """One line, e.g. ``place: onprem; reconfigure: -; scale up: -; scale down: -; wait``."""
         parts = [f"{a.replace('_', ' ')}: {','.join(sorted(k.value for k in getattr(self, a))) or '-'}"
                  for a in POOL_ACTIONS]
+        if self.preempt:
+            parts.append("preempt")
         if self.wait:
             parts.append("wait")
         return "; ".join(parts)
@@ -124,6 +156,8 @@ class TrainedActions:
         for a in POOL_ACTIONS:
             doc[a] = sorted(k.value for k in getattr(self, a))
         doc["wait"] = self.wait
+        if self.preempt:  # absent means not trained: records of models without preempt slots stay as they were
+            doc["preempt"] = True
         return doc
 
     @classmethod
@@ -145,5 +179,8 @@ class TrainedActions:
         wait = doc.get("wait", True)
         if not isinstance(wait, bool):
             raise ValueError("'wait' must be true or false")
+        preempt = doc.get("preempt", False)
+        if not isinstance(preempt, bool):
+            raise ValueError("'preempt' must be true or false")
         return cls(sets["place"], sets["reconfigure"], sets["scale_up"], sets["scale_down"], wait,
-                   str(doc.get("source", "")))
+                   str(doc.get("source", "")), preempt=preempt)

@@ -1,4 +1,4 @@
-"""The market rlsched uses when none is given, and default provisioning delays.
+"""The market rlsched uses when none is given (and, re-exported, the default provisioning delays).
 
 :func:`default_market` reads two small files bundled in ``rlsched/data/`` (built from
 ``shared/data`` by ``scripts/build_market_defaults.py``; provenance, licences and which
@@ -18,8 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-from rlsched.cluster.catalog import GpuModel, gpu_model
-from rlsched.cluster.model import PoolKind
+from rlsched.cluster.provisioning import PROVISION_DELAY_S, provision_delay_s
 from rlsched.errors import ScenarioError
 from rlsched.market.canonical import PriceTable, read_prices
 from rlsched.market.market import TableMarket
@@ -37,36 +36,6 @@ __all__ = [
 
 DEFAULT_PRICES_FILE = "default_prices.csv"
 DEFAULT_PREEMPTION_FILE = "default_preemption.csv"
-
-#: Seconds from a scale-up request to a ready node, by capacity kind. These are
-#: assumptions, not measurements: typical cloud GPU VM boot plus driver/container
-#: start is 2-4 minutes; spot requests add a fulfilment step. On-prem nodes are
-#: already there.
-PROVISION_DELAY_S: dict[PoolKind, float] = {
-    PoolKind.ONPREM: 0.0,
-    PoolKind.ONDEMAND: 180.0,
-    PoolKind.SPOT: 240.0,
-}
-#: Extra seconds for large GPUs (>= 80 GB: 8-GPU HGX hosts, bigger images, fabric
-#: manager and NVLink checks, scarcer capacity).
-LARGE_GPU_EXTRA_S = 120.0
-LARGE_GPU_MEMORY_GB = 80
-
-
-def provision_delay_s(kind: PoolKind | str, model: GpuModel | str) -> float:
-    """Default provisioning delay of a node (the cluster spec's explicit value wins).
-
-    Args:
-        kind: pool kind (or its value, e.g. ``"spot"``).
-        model: GPU model or any spelling of its name.
-    """
-    k = kind if isinstance(kind, PoolKind) else PoolKind(str(kind).lower())
-    m = model if isinstance(model, GpuModel) else gpu_model(model)
-    base = PROVISION_DELAY_S[k]
-    if k is not PoolKind.ONPREM and m.memory_gb >= LARGE_GPU_MEMORY_GB:
-        base += LARGE_GPU_EXTRA_S
-    return base
-
 
 def _data_path(name: str) -> str:
     return str(resources.files("rlsched").joinpath("data", name))

@@ -224,11 +224,6 @@ class KaplanMeier:
     t_max: float
     n: int
 
-    def survival_at(self, t: float) -> float:
-        """``S(t)`` on the observed range (the last value beyond it)."""
-        i = int(np.searchsorted(self.times, t, side="right")) - 1
-        return 1.0 if i < 0 else float(self.survival[i])
-
     @property
     def end_survival(self) -> float:
         """``S(t_max)``: the share still alive at the end of observation."""

@@ -67,10 +67,7 @@ class StepSeries:
 
     __slots__ = (
         "_change_offsets",
-        "_cum",
         "_cum_list",
-        "_knots",
-        "_knots_list",
         "_offsets_list",
         "_period_integral",
         "_vals",
@@ -119,9 +116,7 @@ class StepSeries:
             vals = np.concatenate(([v[0]], v))
         else:
             knots, vals = t.copy(), v.copy()
-        self._knots = knots
         self._vals = vals
-        self._knots_list: list[float] = knots.tolist()
         self._offsets_list: list[float] = (knots - self.origin).tolist()
         self._vals_list: list[float] = vals.tolist()
         if math.isfinite(self.period):
@@ -129,12 +124,12 @@ class StepSeries:
         else:
             widths = np.diff(knots)
         seg = vals[: widths.size] * widths
-        self._cum = np.concatenate(([0.0], np.cumsum(seg)))
-        self._cum_list: list[float] = self._cum.tolist()
-        self._period_integral = float(self._cum[-1]) if math.isfinite(self.period) else math.inf
+        cum = np.concatenate(([0.0], np.cumsum(seg)))
+        self._cum_list: list[float] = cum.tolist()
+        self._period_integral = float(cum[-1]) if math.isfinite(self.period) else math.inf
 
         # Offsets (from the origin) within one repetition where the value really changes.
-        offs = [k - self.origin for i, k in enumerate(self._knots_list) if i > 0
+        offs = [k - self.origin for i, k in enumerate(knots.tolist()) if i > 0
                 and self._vals_list[i] != self._vals_list[i - 1]]
         if math.isfinite(self.period) and self._vals_list[0] != self._vals_list[-1]:
             offs.insert(0, 0.0)
@@ -191,15 +186,6 @@ class StepSeries:
         _, r = self._fold(t)
         i = bisect_right(self._offsets_list, r) - 1
         return self._vals_list[max(i, 0)]
-
-    def values_at(self, ts: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Vectorised :meth:`value_at` for many times at once."""
-        arr = np.asarray(ts, dtype=np.float64)
-        rel = arr - self.origin
-        if math.isfinite(self.period):
-            rel = np.mod(rel, self.period)
-        idx = np.searchsorted(self._knots, self.origin + rel, side="right") - 1
-        return self._vals[np.clip(idx, 0, None)]
 
     def integral(self, t0: float, t1: float) -> float:
         """Exact integral of the series over ``[t0, t1]`` (negative if ``t1 < t0``).

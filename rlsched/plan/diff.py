@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from rlsched.plan.state import State, new_lineage
+from rlsched.plan.state import ResourceRecord, State, new_lineage
 from rlsched.runtime.backend import GpuInfo, NodeInfo
-from rlsched.spec.model import Diagnostic, PoolDecl, Spec
+from rlsched.spec.model import Diagnostic, PolicyDecl, PoolDecl, Spec
 
 PLAN_FORMAT_VERSION = 1
 
@@ -260,6 +260,13 @@ def _decl_attrs(decl: Any, drop: Iterable[str]) -> dict[str, Any]:
 _POOL_ADDED_DEFAULTS: dict[str, Any] = {"gang": "whole-nodes"}
 
 
+def _policy_attributes(p: PolicyDecl) -> dict[str, Any]:
+    """A policy's declared attributes; the digital twin's ``adapt`` and ``twin`` only when set, so a block
+    without them plans (and compares with older states) as before they existed."""
+    drop = [k for k, default in (("adapt", "off"), ("twin", None)) if getattr(p, k) == default]
+    return _decl_attrs(p, drop)
+
+
 def _recorded(type_: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
     """A state record's attributes, completed with :data:`_POOL_ADDED_DEFAULTS` for a pool."""
     if type_ != "pool":
@@ -361,181 +368,278 @@ def plan(spec: Spec, observed_nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]
     """
     nodes = dict(observed_nodes) if isinstance(observed_nodes, Mapping) else {n.hostname: n for n in observed_nodes}
     st = state if state is not None else State.empty(new_lineage())
-    jobs = dict(running_jobs or {})
-    changes: list[Change] = []
-    drift: list[Drift] = []
-    diags: list[Diagnostic] = []
+    diff = _Diff(spec, nodes, st, dict(running_jobs or {}), disruption=_disruption_budgets(spec, st))
+    # 1. pools, quotas, policies: rlsched-owned configuration, no drift possible.
+    diff.configuration()
+    # 2. membership: which pool each spec node belongs to (one pool per node at most), then each member node.
+    member = diff.membership()
+    for host in sorted(member, key=_natural):
+        diff.member_node(host, member[host])
+    # 3. nodes in state that no pool declares any more: release (drain), unless unreachable.
+    for rec in st.of_type("node"):
+        if rec.name not in member:
+            diff.released_node(rec)
+    return diff.result()
+
+
+def _disruption_budgets(spec: Spec, st: State) -> dict[str, Disruption]:
+    """Disruption budget per pool: the spec's, and for pools only in state, the ones recorded there."""
     disruption: dict[str, Disruption] = {}
-
-    def jobs_on(host: str) -> int:
-        if host in jobs:
-            return int(jobs[host])
-        n = nodes.get(host)
-        return sum(g.processes for g in n.gpus) if n is not None else 0
-
-    # Disruption budgets: the spec's, and for pools only in state, the ones recorded there.
     for prec in st.of_type("pool"):
         d = prec.attributes.get("disruption") or {}
         disruption[prec.name] = Disruption(int(d.get("max_unavailable", 1) or 1), float(d.get("drain_timeout_s", 900)))
     for p in spec.pools.values():
         disruption[p.name] = Disruption(max(1, p.disruption.max_unavailable), p.disruption.drain_timeout_s)
+    return disruption
 
-    # 1. pools, quotas, policies: rlsched-owned configuration, no drift possible.
-    desired_cfg: dict[str, dict[str, tuple[dict[str, Any], tuple[str, ...]]]] = {
-        "pool": {n: (pool_attributes(p), ()) for n, p in spec.pools.items()},
-        "quota": {n: (_decl_attrs(q, ()), (f"pool.{q.pool}",)) for n, q in spec.quotas.items()},
-        "policy": {n: (_decl_attrs(p, ()), ()) for n, p in spec.policies.items()},
-    }
-    for type_, want in desired_cfg.items():
+
+@dataclass
+class _Diff:
+    """A plan being built, one step at a time: the inputs and what the steps have found so far.
+
+    The steps append in the order the plan reports diagnostics; changes and drift are sorted
+    at the end (stably, so equal keys keep the order the steps found them in).
+    """
+
+    spec: Spec
+    nodes: dict[str, NodeInfo]
+    st: State
+    jobs: dict[str, int]
+    disruption: dict[str, Disruption]
+    changes: list[Change] = field(default_factory=list)
+    drift: list[Drift] = field(default_factory=list)
+    diags: list[Diagnostic] = field(default_factory=list)
+    snapshots: dict[str, NodeSnapshot] = field(default_factory=dict)
+    #: (kind, where) of the hardware checks already reported: one diagnostic per pool and node or model
+    checked: set[tuple[str, str]] = field(default_factory=set)
+
+    def jobs_on(self, host: str) -> int:
+        """Jobs running on ``host``: as given, else its GPU processes (0 for an unknown node)."""
+        if host in self.jobs:
+            return int(self.jobs[host])
+        n = self.nodes.get(host)
+        return sum(g.processes for g in n.gpus) if n is not None else 0
+
+    def result(self) -> Plan:
+        """The plan of everything found, changes and drift in their display order."""
+        self.changes.sort(key=_sort_key)
+        self.drift.sort(key=lambda d: (_natural(d.address), d.attribute))
+        return Plan(changes=tuple(self.changes), drift=tuple(self.drift), lineage=self.st.lineage,
+                    serial=self.st.serial, nodes=dict(sorted(self.snapshots.items())),
+                    disruption=dict(sorted(self.disruption.items())), diagnostics=tuple(self.diags))
+
+    # --- 1. configuration ---------------------------------------------------------------
+
+    def configuration(self) -> None:
+        """Create, update or delete pools, quotas and policies to match the spec."""
+        spec = self.spec
+        desired_cfg: dict[str, dict[str, tuple[dict[str, Any], tuple[str, ...]]]] = {
+            "pool": {n: (pool_attributes(p), ()) for n, p in spec.pools.items()},
+            "quota": {n: (_decl_attrs(q, ()), (f"pool.{q.pool}",)) for n, q in spec.quotas.items()},
+            "policy": {n: (_policy_attributes(p), ()) for n, p in spec.policies.items()},
+        }
+        for type_, want in desired_cfg.items():
+            self._declared_config(type_, want)
+            self._removed_config(type_, want)
+
+    def _declared_config(self, type_: str, want: Mapping[str, tuple[dict[str, Any], tuple[str, ...]]]) -> None:
         for name, (attrs, deps) in want.items():
-            rec = st.get(type_, name)
+            rec = self.st.get(type_, name)
             if rec is None:
-                changes.append(Change(type_, name, name, Action.CREATE, None, attrs, depends_on=deps))
+                self.changes.append(Change(type_, name, name, Action.CREATE, None, attrs, depends_on=deps))
             elif _jsonable(_recorded(type_, rec.attributes)) != attrs:
-                changes.append(Change(type_, name, name, Action.UPDATE, _recorded(type_, rec.attributes), attrs,
-                                      depends_on=deps))
-        for orec in st.of_type(type_):
+                self.changes.append(Change(type_, name, name, Action.UPDATE, _recorded(type_, rec.attributes), attrs,
+                                           depends_on=deps))
+
+    def _removed_config(self, type_: str, want: Mapping[str, Any]) -> None:
+        for orec in self.st.of_type(type_):
             if orec.name in want:
                 continue
             if type_ == "pool" and (orec.attributes.get("lifecycle") or {}).get("prevent_destroy"):
-                diags.append(_prevent_destroy(f"pool.{orec.name}", "the plan destroys it (its block was removed)",
-                                              None))
-            changes.append(Change(type_, orec.name, orec.key, Action.DELETE, orec.attributes, None))
+                self.diags.append(_prevent_destroy(f"pool.{orec.name}", "the plan destroys it (its block was removed)",
+                                                   None))
+            self.changes.append(Change(type_, orec.name, orec.key, Action.DELETE, orec.attributes, None))
 
-    # 2. membership: which pool each spec node belongs to (one pool per node at most).
-    member: dict[str, PoolDecl] = {}
-    for p in sorted(spec.pools.values(), key=lambda p: p.name):
-        for host in p.nodes:
-            if host in member and member[host].name != p.name:
-                other = member[host]
-                diags.append(Diagnostic("error", "Node in two pools",
-                                        f"{host} is in pool.{other.name}"
-                                        f"{f' ({other.range})' if other.range else ''} and pool.{p.name}"
-                                        f"{f' ({p.range})' if p.range else ''}; a node belongs to one pool at most.",
-                                        p.range))
-                continue
-            member[host] = p
+    # --- 2. member nodes ------------------------------------------------------------------
 
-    snapshots: dict[str, NodeSnapshot] = {}
-    checked_layouts: set[tuple[str, str]] = set()
+    def membership(self) -> dict[str, PoolDecl]:
+        """The pool of each spec node; a node declared in a second pool is an error (the first pool keeps it)."""
+        member: dict[str, PoolDecl] = {}
+        for p in sorted(self.spec.pools.values(), key=lambda p: p.name):
+            for host in p.nodes:
+                if host in member and member[host].name != p.name:
+                    other = member[host]
+                    self.diags.append(Diagnostic(
+                        "error", "Node in two pools",
+                        f"{host} is in pool.{other.name}{f' ({other.range})' if other.range else ''} and "
+                        f"pool.{p.name}{f' ({p.range})' if p.range else ''}; a node belongs to one pool at most.",
+                        p.range))
+                    continue
+                member[host] = p
+        return member
 
-    for host in sorted(member, key=_natural):
-        pool = member[host]
-        info = nodes.get(host)
-        rec = st.get("node", host)
+    def member_node(self, host: str, pool: PoolDecl) -> None:
+        """The changes of one node a pool declares: its membership, its GPUs, GPUs to forget, an uncordon."""
+        info = self.nodes.get(host)
+        rec = self.st.get("node", host)
         if info is None or not info.reachable:
             why = "not reported by the backend" if info is None else "unreachable at refresh"
-            changes.append(Change("node", host, host, Action.UNKNOWN, rec.attributes if rec else None,
-                                  {"pool": pool.name}, (f"{why}: no change planned",), node=host, pool=pool.name))
-            continue
-        snapshots[host] = NodeSnapshot.of(info)
-        dis = disruption[pool.name]
-        node_changes: list[Change] = []
+            self.changes.append(Change("node", host, host, Action.UNKNOWN, rec.attributes if rec else None,
+                                       {"pool": pool.name}, (f"{why}: no change planned",), node=host, pool=pool.name))
+            return
+        self.snapshots[host] = NodeSnapshot.of(info)
         node_obs = {"fingerprint": info.fingerprint()}
-        if rec is None:
-            node_changes.append(Change("node", host, host, Action.CREATE, None, {"pool": pool.name},
-                                       (f"enrols {host} ({_gpus(len(info.gpus))}) in pool.{pool.name}",),
-                                       node=host, pool=pool.name, observed=node_obs, depends_on=(f"pool.{pool.name}",)))
-        elif rec.attributes.get("pool") != pool.name:
-            old = rec.attributes.get("pool")
-            if old in spec.pools and spec.pools[old].lifecycle.prevent_destroy:
-                diags.append(_prevent_destroy(f"pool.{old}", f"the plan moves node {host} out of it",
-                                              spec.pools[old].range))
-            node_changes.append(Change("node", host, host, Action.UPDATE, rec.attributes, {"pool": pool.name},
-                                       (f"moves {host} from pool.{old} to pool.{pool.name}",
-                                        _drain_reason(host, jobs_on(host), dis.drain_timeout_s)),
-                                       node=host, pool=pool.name, disruptive=True, running_jobs=jobs_on(host),
-                                       observed=node_obs, depends_on=(f"pool.{pool.name}",)))
-
-        want = _desired_gpu(spec, pool)
+        node_changes = self._enrolment(host, pool, info, rec, node_obs)
         selected = [g for g in info.gpus if pool.gpus == "all" or g.index in pool.gpus]
-        gpu_changes: list[Change] = []
-        for g in sorted(selected, key=lambda g: g.index):
-            _check_gpu(spec, pool, host, g, want, diags, checked_layouts)
-            name = f"{host}/{g.index}"
-            have = gpu_declared(g)
-            grec = st.get("gpu", g.uuid)
-            obs = {"host": host, "index": g.index, "uuid": g.uuid, "name": g.name, "model": g.model}
-            layout_dep = (f"mig_layout.{pool.mig_layout}",) if pool.mig_layout else ()
-            deps = (f"node.{host}", f"pool.{pool.name}", *layout_dep)
-            if grec is not None:
-                drift.extend(Drift(f"gpu.{grec.name}", k, grec.attributes.get(k), have[k]) for k in have
-                             if _jsonable(grec.attributes.get(k)) != _jsonable(have[k]))
-            if have == want and g.mig_pending == g.mig_current:
-                if grec is None or _jsonable(grec.attributes) != want or grec.name != name:
-                    changes.append(Change("gpu", name, g.uuid, Action.NOOP, grec.attributes if grec else None, want,
-                                          (f"gpu.{name} will be adopted (layout already matches)",), adopt=True,
-                                          node=host, pool=pool.name, observed=obs, depends_on=deps))
-                continue
-            action, reasons = _gpu_change_reasons(g, want)
-            gpu_changes.append(Change("gpu", name, g.uuid, action, have, want, tuple(reasons), node=host,
-                                      pool=pool.name, disruptive=True, running_jobs=jobs_on(host), observed=obs,
-                                      depends_on=deps))
+        gpu_changes = self._gpu_changes(host, pool, selected)
         if gpu_changes and not any(c.disruptive for c in node_changes):
             first = gpu_changes[0]
-            gpu_changes[0] = dataclasses.replace(
-                first, reasons=(*first.reasons, _drain_reason(host, jobs_on(host), dis.drain_timeout_s)))
-        # GPUs in state on this node that the pool no longer manages (or that vanished): forget them.
-        present = {g.uuid for g in selected}
-        all_uuids = {g.uuid for g in info.gpus}
-        for grec in st.of_type("gpu"):
-            if grec.observed.get("host") != host or grec.key in present:
-                continue
-            gone = grec.key not in all_uuids
-            if gone:
-                drift.append(Drift(f"gpu.{grec.name}", "present", True, False))
-            why = (f"no longer reported by {host}; removed from state only" if gone
-                   else f"no longer managed by pool.{pool.name}; layout kept, removed from state only")
-            node_changes.append(Change("gpu", grec.name, grec.key, Action.DELETE, grec.attributes, None, (why,),
-                                       node=host, pool=pool.name))
-        # A node that an interrupted or failed apply left cordoned is uncordoned, unless it is drained anyway.
+            gpu_changes[0] = dataclasses.replace(first, reasons=(
+                *first.reasons, _drain_reason(host, self.jobs_on(host), self.disruption[pool.name].drain_timeout_s)))
+        node_changes.extend(self._forgotten_gpus(host, pool, info, selected))
         if (rec is not None and rec.observed.get("cordoned_by_rlsched") and info.cordoned
                 and not gpu_changes and not any(c.disruptive for c in node_changes)):
+            # A node that an interrupted or failed apply left cordoned is uncordoned, unless it is drained anyway.
             node_changes.append(Change("node", host, host, Action.UPDATE, {"pool": pool.name, "cordoned": True},
                                        {"pool": pool.name, "cordoned": False},
                                        ("uncordon: left cordoned by an interrupted or failed apply",),
                                        node=host, pool=pool.name, observed=node_obs,
                                        depends_on=(f"pool.{pool.name}",)))
-        changes.extend(node_changes)
-        changes.extend(gpu_changes)
+        self.changes.extend(node_changes)
+        self.changes.extend(gpu_changes)
 
-    # 3. nodes in state that no pool declares any more: release (drain), unless unreachable.
-    for rec in st.of_type("node"):
+    def _enrolment(self, host: str, pool: PoolDecl, info: NodeInfo, rec: ResourceRecord | None,
+                   node_obs: dict[str, Any]) -> list[Change]:
+        """Enrol a node new to state, or move it (drained) from the pool state records it in."""
+        if rec is None:
+            return [Change("node", host, host, Action.CREATE, None, {"pool": pool.name},
+                           (f"enrols {host} ({_gpus(len(info.gpus))}) in pool.{pool.name}",),
+                           node=host, pool=pool.name, observed=node_obs, depends_on=(f"pool.{pool.name}",))]
+        old = rec.attributes.get("pool")
+        if old == pool.name:
+            return []
+        if old in self.spec.pools and self.spec.pools[old].lifecycle.prevent_destroy:
+            self.diags.append(_prevent_destroy(f"pool.{old}", f"the plan moves node {host} out of it",
+                                               self.spec.pools[old].range))
+        jobs = self.jobs_on(host)
+        return [Change("node", host, host, Action.UPDATE, rec.attributes, {"pool": pool.name},
+                       (f"moves {host} from pool.{old} to pool.{pool.name}",
+                        _drain_reason(host, jobs, self.disruption[pool.name].drain_timeout_s)),
+                       node=host, pool=pool.name, disruptive=True, running_jobs=jobs,
+                       observed=node_obs, depends_on=(f"pool.{pool.name}",))]
+
+    def _gpu_changes(self, host: str, pool: PoolDecl, selected: list[GpuInfo]) -> list[Change]:
+        """Reconfigure each managed GPU whose MIG mode or layout differs from the pool's.
+
+        A GPU that already matches is adopted (a no-op change, added to the plan here) when
+        state does not record it as it is; its drift is recorded either way.
+        """
+        want = _desired_gpu(self.spec, pool)
+        layout_dep = (f"mig_layout.{pool.mig_layout}",) if pool.mig_layout else ()
+        deps = (f"node.{host}", f"pool.{pool.name}", *layout_dep)
+        gpu_changes: list[Change] = []
+        for g in sorted(selected, key=lambda g: g.index):
+            self._check_gpu(pool, host, g, want)
+            name = f"{host}/{g.index}"
+            have = gpu_declared(g)
+            grec = self.st.get("gpu", g.uuid)
+            obs = {"host": host, "index": g.index, "uuid": g.uuid, "name": g.name, "model": g.model}
+            if grec is not None:
+                self.drift.extend(Drift(f"gpu.{grec.name}", k, grec.attributes.get(k), have[k]) for k in have
+                                  if _jsonable(grec.attributes.get(k)) != _jsonable(have[k]))
+            if have == want and g.mig_pending == g.mig_current:
+                if grec is None or _jsonable(grec.attributes) != want or grec.name != name:
+                    self.changes.append(Change("gpu", name, g.uuid, Action.NOOP, grec.attributes if grec else None,
+                                               want, (f"gpu.{name} will be adopted (layout already matches)",),
+                                               adopt=True, node=host, pool=pool.name, observed=obs, depends_on=deps))
+                continue
+            action, reasons = _gpu_change_reasons(g, want)
+            gpu_changes.append(Change("gpu", name, g.uuid, action, have, want, tuple(reasons), node=host,
+                                      pool=pool.name, disruptive=True, running_jobs=self.jobs_on(host), observed=obs,
+                                      depends_on=deps))
+        return gpu_changes
+
+    def _check_gpu(self, pool: PoolDecl, host: str, g: GpuInfo, want: Mapping[str, Any]) -> None:
+        """Plan-time checks that need the hardware: model match and layout fit (validate cannot know the GPUs)."""
+        from rlsched.cluster.catalog import CATALOG, resolve_model_name
+        from rlsched.cluster.feasibility import legal_layout
+
+        expected = resolve_model_name(pool.gpu_model) or pool.gpu_model
+        actual = resolve_model_name(g.model or g.name) or g.model or g.name
+        if pool.gpu_model and actual and expected != actual:
+            key = ("model", f"{pool.name}/{host}")
+            if key not in self.checked:
+                self.checked.add(key)
+                self.diags.append(Diagnostic(
+                    "error", "GPU model mismatch",
+                    f'pool "{pool.name}" expects "{pool.gpu_model}", node {host} reports "{g.name}"', pool.range))
+            return
+        if not want["mig_enabled"]:
+            return
+        key = ("layout", f"{pool.name}/{actual}")
+        if key in self.checked:
+            return
+        self.checked.add(key)
+        model = CATALOG.get(actual)
+        names = [p for p, n in want["mig_layout"].items() for _ in range(n)]
+        if model is None:
+            return
+        if not model.mig_capable:
+            self.diags.append(Diagnostic(
+                "error", "Invalid MIG layout",
+                f'pool "{pool.name}" declares a MIG layout but {g.name} ({host}) does not support MIG', pool.range))
+        elif not legal_layout(model, names):
+            desc = ", ".join(f'{n} × "{p}"' for p, n in want["mig_layout"].items())  # noqa: RUF001
+            self.diags.append(Diagnostic(
+                "error", "Invalid MIG layout",
+                f"{desc} does not fit an {g.name} (mig_layout.{pool.mig_layout}, pool.{pool.name})", pool.range))
+
+    def _forgotten_gpus(self, host: str, pool: PoolDecl, info: NodeInfo, selected: list[GpuInfo]) -> list[Change]:
+        """GPUs in state on this node that the pool no longer manages (or that vanished): forget them."""
+        present = {g.uuid for g in selected}
+        all_uuids = {g.uuid for g in info.gpus}
+        forgotten: list[Change] = []
+        for grec in self.st.of_type("gpu"):
+            if grec.observed.get("host") != host or grec.key in present:
+                continue
+            gone = grec.key not in all_uuids
+            if gone:
+                self.drift.append(Drift(f"gpu.{grec.name}", "present", True, False))
+            why = (f"no longer reported by {host}; removed from state only" if gone
+                   else f"no longer managed by pool.{pool.name}; layout kept, removed from state only")
+            forgotten.append(Change("gpu", grec.name, grec.key, Action.DELETE, grec.attributes, None, (why,),
+                                    node=host, pool=pool.name))
+        return forgotten
+
+    # --- 3. released nodes ----------------------------------------------------------------
+
+    def released_node(self, rec: ResourceRecord) -> None:
+        """Release (drain) a node that state records and no pool declares, unless it is unreachable."""
         host = rec.name
-        if host in member:
-            continue
         old = str(rec.attributes.get("pool", ""))
-        info = nodes.get(host)
+        info = self.nodes.get(host)
         if info is None or not info.reachable:
-            changes.append(Change("node", host, host, Action.UNKNOWN, rec.attributes, None,
-                                  ("unreachable at refresh: not released",), node=host, pool=old))
-            continue
-        snapshots[host] = NodeSnapshot.of(info)
-        if old in spec.pools and spec.pools[old].lifecycle.prevent_destroy:
-            diags.append(_prevent_destroy(f"pool.{old}", f"the plan releases node {host} from it",
-                                          spec.pools[old].range))
-        elif old not in spec.pools and ((st.get("pool", old) or _EMPTY).attributes.get("lifecycle") or {}).get(
-                "prevent_destroy"):
-            diags.append(_prevent_destroy(f"pool.{old}", f"the plan releases node {host} from it", None))
-        dis = disruption.get(old, Disruption())
-        n_gpus = sum(1 for g in st.of_type("gpu") if g.observed.get("host") == host)
-        changes.append(Change("node", host, host, Action.DELETE, rec.attributes, None,
-                              (f"releases {host} from pool.{old} ({n_gpus} GPUs forgotten; layouts kept)",
-                               _drain_reason(host, jobs_on(host), dis.drain_timeout_s)),
-                              node=host, pool=old, disruptive=True, running_jobs=jobs_on(host)))
+            self.changes.append(Change("node", host, host, Action.UNKNOWN, rec.attributes, None,
+                                       ("unreachable at refresh: not released",), node=host, pool=old))
+            return
+        self.snapshots[host] = NodeSnapshot.of(info)
+        if self._prevents_destroy(old):
+            self.diags.append(_prevent_destroy(f"pool.{old}", f"the plan releases node {host} from it",
+                                               self.spec.pools[old].range if old in self.spec.pools else None))
+        dis = self.disruption.get(old, Disruption())
+        n_gpus = sum(1 for g in self.st.of_type("gpu") if g.observed.get("host") == host)
+        jobs = self.jobs_on(host)
+        self.changes.append(Change("node", host, host, Action.DELETE, rec.attributes, None,
+                                   (f"releases {host} from pool.{old} ({n_gpus} GPUs forgotten; layouts kept)",
+                                    _drain_reason(host, jobs, dis.drain_timeout_s)),
+                                   node=host, pool=old, disruptive=True, running_jobs=jobs))
 
-    changes.sort(key=_sort_key)
-    drift.sort(key=lambda d: (_natural(d.address), d.attribute))
-    return Plan(changes=tuple(changes), drift=tuple(drift), lineage=st.lineage, serial=st.serial,
-                nodes=dict(sorted(snapshots.items())), disruption=dict(sorted(disruption.items())),
-                diagnostics=tuple(diags))
-
-
-class _Empty:
-    attributes: dict[str, Any] = {}
-
-
-_EMPTY = _Empty()
+    def _prevents_destroy(self, pool: str) -> bool:
+        """Whether ``pool`` has ``lifecycle.prevent_destroy``: as the spec declares it, else as state records it."""
+        if pool in self.spec.pools:
+            return bool(self.spec.pools[pool].lifecycle.prevent_destroy)
+        rec = self.st.get("pool", pool)
+        return bool(((rec.attributes if rec is not None else {}).get("lifecycle") or {}).get("prevent_destroy"))
 
 
 def _prevent_destroy(address: str, what: str, rng: Any) -> Diagnostic:
@@ -543,43 +647,6 @@ def _prevent_destroy(address: str, what: str, rng: Any) -> Diagnostic:
                       f"{address} has lifecycle.prevent_destroy set, but {what}. To continue, set "
                       f"prevent_destroy = false and apply that first, or keep the object in the configuration.",
                       rng)
-
-
-def _check_gpu(spec: Spec, pool: PoolDecl, host: str, g: GpuInfo, want: Mapping[str, Any],
-               diags: list[Diagnostic], checked: set[tuple[str, str]]) -> None:
-    """Plan-time checks that need the hardware: model match and layout fit (validate cannot know the GPUs)."""
-    from rlsched.cluster.catalog import CATALOG, resolve_model_name
-    from rlsched.cluster.feasibility import legal_layout
-
-    expected = resolve_model_name(pool.gpu_model) or pool.gpu_model
-    actual = resolve_model_name(g.model or g.name) or g.model or g.name
-    if pool.gpu_model and actual and expected != actual:
-        key = ("model", f"{pool.name}/{host}")
-        if key not in checked:
-            checked.add(key)
-            diags.append(Diagnostic("error", "GPU model mismatch",
-                                    f'pool "{pool.name}" expects "{pool.gpu_model}", node {host} reports "{g.name}"',
-                                    pool.range))
-        return
-    if not want["mig_enabled"]:
-        return
-    key = ("layout", f"{pool.name}/{actual}")
-    if key in checked:
-        return
-    checked.add(key)
-    model = CATALOG.get(actual)
-    names = [p for p, n in want["mig_layout"].items() for _ in range(n)]
-    if model is None:
-        return
-    if not model.mig_capable:
-        diags.append(Diagnostic("error", "Invalid MIG layout",
-                                f'pool "{pool.name}" declares a MIG layout but {g.name} ({host}) does not support MIG',
-                                pool.range))
-    elif not legal_layout(model, names):
-        desc = ", ".join(f'{n} × "{p}"' for p, n in want["mig_layout"].items())  # noqa: RUF001
-        diags.append(Diagnostic("error", "Invalid MIG layout",
-                                f"{desc} does not fit an {g.name} (mig_layout.{pool.mig_layout}, pool.{pool.name})",
-                                pool.range))
 
 
 def _gpus(n: int) -> str:

@@ -28,7 +28,8 @@ from typing import Any
 
 from rlsched.plan.diff import Plan
 from rlsched.plan.errors import PlanError
-from rlsched.plan.state import _rlsched_version, atomic_write, utcnow
+from rlsched.plan.state import _rlsched_version, utcnow
+from rlsched.posix import atomic_write
 
 PLANFILE_KIND = "rlsched-plan"
 PLANFILE_VERSION = 1

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import socket
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.plan.errors import StateError, StateLockedError
+from rlsched.posix import atomic_write, pid_exists, try_lock, unlock
 
 FORMAT_VERSION = 1
 #: Journal entries kept in the state file (older ones are dropped; the journal is an audit trail, not a log store).
@@ -177,34 +177,6 @@ class State:
                    rlsched_version=str(d.get("rlsched_version", "")))
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers (and a crash) see the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
 class StateStore:
     """Reads and writes one state file (``rlsched.state.json`` beside the spec by default)."""
 
@@ -281,19 +253,6 @@ class LockInfo:
 _GRACE_S = 0.5
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host (a zombie counts as alive)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_lock_info(lock_path: Path) -> LockInfo | None:
     try:
         return LockInfo.parse(lock_path.read_text())
@@ -340,12 +299,10 @@ class StateLock:
         dead_since: dict[str, float] = {}
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not try_lock(fd):
                 os.close(fd)
                 holder = read_lock_info(path)
-                dead = holder is not None and holder.host == host and not pid_alive(holder.pid)
+                dead = holder is not None and holder.host == host and not pid_exists(holder.pid)
                 if holder is not None and dead and dead_since.setdefault(holder.id, now()) + _GRACE_S <= now():
                     # The flock is held by someone else than the recorded holder (an inherited
                     # descriptor in an orphaned child): the holder is gone, so break the lock by
@@ -366,7 +323,7 @@ class StateLock:
                 continue
             previous = LockInfo.parse(os.pread(fd, 65536, 0).decode(errors="replace"))
             if previous is not None:
-                alive = previous.host == host and pid_alive(previous.pid)
+                alive = previous.host == host and pid_exists(previous.pid)
                 self.warn(f"Warning: the previous state lock holder, {previous.describe()}, "
                           f"{'released its lock without clearing it' if alive else 'exited without releasing it'}; "
                           "taking the lock over")
@@ -384,7 +341,7 @@ class StateLock:
         try:
             if _same_file(fd, self.store.lock_path):
                 os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
         finally:
             os.close(fd)
             self.info = None

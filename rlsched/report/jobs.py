@@ -81,11 +81,15 @@ def _allocation(j: dict[str, Any]) -> dict[str, Any]:
 
 
 def devices_text(j: dict[str, Any]) -> str:
-    """``node: UUID, UUID`` (control characters escaped); ``-`` when the job holds nothing."""
+    """``node: UUID, UUID`` (``node: ...; node: ...`` for a gang over several nodes; control characters
+    escaped); ``-`` when the job holds nothing."""
     a = _allocation(j)
     devs = a.get("devices") or j.get("devices") or []
     if not devs:
         return "-"
+    groups = a.get("by_node")
+    if isinstance(groups, dict) and len(groups) > 1:  # a gang over several nodes: each node's own devices
+        return escape_control("; ".join(f"{n}: " + ", ".join(str(d) for d in ds) for n, ds in groups.items()))
     node = a.get("node") or ""
     return escape_control((f"{node}: " if node else "") + ", ".join(str(d) for d in devs))
 

@@ -4,7 +4,7 @@ Every externally visible act of the scheduler service - a submission, an
 allocation, a preemption, a MIG reconfiguration, a switch between the learned
 policy and the heuristic, a cancellation, a completion - becomes one
 :class:`AuditRecord`. The store persists them (append-only, see
-:mod:`rlsched.runtime.store`); the guard (:mod:`rlsched.runtime.guard`) emits them
+:mod:`rlsched.runtime.store`); the fallback guard (:mod:`rlsched.runtime.fallback`) emits them
 through an :data:`AuditSink` callable so it stays independent of persistence and
 can be tested with a list.
 
@@ -38,10 +38,14 @@ class AuditEvent(str, Enum):
     COMPLETION = "completion"
     #: a decision the learned policy made in shadow mode (logged, never applied).
     SHADOW = "shadow-decision"
+    #: the digital twin found a better policy than the served one (recommended, or refused by the gate)
+    TWIN_ADVICE = "twin-advice"
+    #: a node of a multi-node fleet was lost, came back, or had a stray job process fenced
+    NODE = "node"
 
 
 class FallbackReason(str, Enum):
-    """Why the guard used the heuristic instead of the learned policy."""
+    """Why the fallback guard used the heuristic instead of the learned policy."""
 
     MODEL_MISSING = "model-missing"
     SIGNATURE_MISMATCH = "signature-mismatch"
@@ -50,7 +54,7 @@ class FallbackReason(str, Enum):
     LATENCY_BUDGET = "latency-budget"
     ILLEGAL_ACTION = "illegal-action"
     CIRCUIT_OPEN = "circuit-open"
-    #: the primary kept deciding without progress at one decision point (rlsched.policies.progress)
+    #: the primary kept deciding without progress at one decision point (rlsched.cluster.loop_detector)
     DECISION_LOOP = "decision-loop"
 
 
@@ -111,22 +115,8 @@ class AuditRecord:
         )
 
 
-#: Where the guard (and anything else that is not the store) sends audit records.
+#: Where the fallback guard (and anything else that is not the store) sends audit records.
 AuditSink = Callable[[AuditRecord], None]
-
-
-class MemorySink:
-    """An :data:`AuditSink` that keeps records in a list (tests, dry runs, the CLI)."""
-
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def __call__(self, record: AuditRecord) -> None:
-        self.records.append(record)
-
-    def events(self, event: AuditEvent | None = None) -> list[AuditRecord]:
-        """Records of one kind (all when ``event`` is None)."""
-        return [r for r in self.records if event is None or r.event is event]
 
 
 def dumps(obj: Any) -> str:

@@ -20,14 +20,15 @@ Why it looks like this:
   A restarted service is not the job's parent and cannot ``wait()`` for it, so
   every job runs under a tiny wrapper (``python -m rlsched.runtime.executor
   --wrap EXIT_FILE -- argv...``) that waits for the job and writes its exit
-  status to ``EXIT_FILE`` atomically (temp file, fsync, rename).
+  status to ``EXIT_FILE`` atomically (:func:`rlsched.posix.atomic_write`).
 
 Exit codes follow :class:`subprocess.Popen`: ``>= 0`` is the job's exit status,
 ``-N`` means it was killed by signal ``N``. :data:`EXIT_LOST` means the process
 is gone and no status was recorded (the wrapper itself was SIGKILLed, e.g. by
 :meth:`LocalExecutor.stop` after the grace period or by the OOM killer).
 
-This module imports only the standard library: the wrapper starts with every job.
+This module imports only the standard library and :mod:`rlsched.posix` (itself standard library
+only): the wrapper starts with every job.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlsched.posix import atomic_write, process_state
+
 #: Exit code reported when a process vanished without an exit status.
 EXIT_LOST = -256
+#: Exit code reported for a job whose node stopped answering for longer than the service waits
+#: (a multi-node executor's verdict; the process may still run there, and is fenced if it comes back).
+EXIT_NODE_LOST = -257
 #: Exit statuses the wrapper reports when the job cannot be started (shell conventions).
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -109,8 +115,9 @@ class Launched:
         job_id: the job.
         pid: pid of the wrapper, which leads the job's process group.
         start_time: the wrapper's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22).
-        log_path: file receiving the job's stdout and stderr.
-        exit_file: where the wrapper writes the job's exit status.
+        log_path: file receiving the job's stdout and stderr (on the service's machine).
+        exit_file: where the wrapper writes the job's exit status (on the job's machine).
+        node: the node it runs on, for an executor that runs jobs on several ("" for this machine).
     """
 
     job_id: str
@@ -118,6 +125,7 @@ class Launched:
     start_time: int
     log_path: Path
     exit_file: Path
+    node: str = ""
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -144,17 +152,9 @@ def _age_s(start_ticks: int) -> float:
     return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_state(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return raw[raw.rfind(b")") + 2:].split()[0].decode()
-
-
 def _alive(pid: int, start_time: int) -> bool:
     """The very process (pid AND start time) still exists and is not a zombie."""
-    return proc_start_time(pid) == start_time and _proc_state(pid) not in (None, "Z", "X")
+    return proc_start_time(pid) == start_time and process_state(pid) not in (None, "Z", "X")
 
 
 def read_exit_file(path: Path) -> int | None:
@@ -178,6 +178,17 @@ class LocalExecutor:
         self.python = python
         #: our own children, so we can reap them (non-children are polled through /proc).
         self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def on(self, node: str) -> LocalExecutor:
+        """The executor of ``node``'s jobs: this one (every job of a one-machine service runs here)."""
+        return self
+
+    def strays(self) -> list[tuple[str, str, int]]:
+        """Processes on nodes that reappeared (none: this machine never disappears from itself)."""
+        return []
+
+    def fence(self, node: str, job_id: str, pid: int) -> None:
+        """Kill a stray (never needed on one machine; see :meth:`strays`)."""
 
     # ------------------------------------------------------------------ launch
     def launch(self, job_id: str, argv: Sequence[str], visible_devices: Sequence[str],
@@ -252,6 +263,47 @@ class LocalExecutor:
             log_path = exit_path.with_name(f"{job_id}.log")
         return Launched(job_id, pid, start_time, Path(log_path), exit_path)
 
+    def find(self, job_id: str) -> Launched | None:
+        """A live wrapper process of ``job_id`` (for a job marked running whose pid was never stored:
+        the service died between committing the placement and recording the launch)."""
+        prefix = str(self.log_dir / f"{job_id}.").encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"rlsched.runtime.executor" not in b" ".join(args) or b"--wrap" not in args:
+                continue
+            i = args.index(b"--wrap")
+            if i + 1 < len(args) and args[i + 1].startswith(prefix) and args[i + 1].endswith(b".exit.json"):
+                pid = int(entry)
+                start = proc_start_time(pid)
+                if start is not None:
+                    return self.adopt(pid, start, None, job_id)
+        return None
+
+    def exit_files(self, job_id: str) -> list[Path]:
+        """The exit files of ``job_id``'s attempts not consumed yet, oldest first."""
+        files = []
+        for p in self.log_dir.glob(f"{job_id}.*.exit.json"):
+            nonce = p.name[len(job_id) + 1:-len(".exit.json")]
+            if nonce.isdigit():
+                files.append((int(nonce), p))
+        return [p for _, p in sorted(files)]
+
+    def recorded_exit(self, job_id: str) -> int | None:
+        """The exit status of ``job_id``'s latest unconsumed attempt, or None if none was recorded."""
+        files = self.exit_files(job_id)
+        return read_exit_file(files[-1]) if files else None
+
+    def consume_exits(self, job_id: str, known: Path | None = None) -> None:
+        """Mark a settled job's exit files seen: ``known`` (its process's) if given, else every one found."""
+        for p in ([known] if known is not None else self.exit_files(job_id)):
+            with contextlib.suppress(OSError):
+                p.rename(p.with_name(p.name + ".seen"))
+
     def poll(self, job: Launched) -> int | None:
         """The job's exit code, or None while it runs (see the module doc for the codes)."""
         child = self._children.get(job.pid)
@@ -323,19 +375,13 @@ def _exit_file_from_cmdline(pid: int) -> str | None:
 
 # ---------------------------------------------------------------------- the wrapper
 def _write_exit_file(path: Path, code: int) -> None:
-    """Write ``{"exit_code": code}`` atomically and durably: a reader sees all of it or nothing."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as f:
-        json.dump({"exit_code": code, "time": time.time()}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    """Write ``{"exit_code": code}`` atomically and durably (0600): a reader sees all of it or nothing.
+
+    The temporary file keeps the job id at the start of its name, so the service's
+    retention sweep removes one left by a wrapper killed mid-write with the job's files.
+    """
+    atomic_write(path, json.dumps({"exit_code": code, "time": time.time()}), mode=PRIVATE_FILE_MODE,
+                 hidden_temp=False)
 
 
 def wrap(exit_file: Path, argv: list[str]) -> int:

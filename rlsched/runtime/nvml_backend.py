@@ -20,9 +20,10 @@ What it does with NVML, following mig-parted's ``pkg/mig/config`` and
   (:class:`ResetRequiredError`). Instances are destroyed before MIG is disabled.
 * **MIG layout**: all-or-nothing like mig-parted: destroy every compute and GPU
   instance, then create each GPU instance at the placement chosen by
-  :func:`rlsched.cluster.feasibility.pack_layout` with one compute instance using
-  all of its slices. On a failure midway the GPU is cleared again, leaving it with
-  no MIG devices (mig-parted's behaviour), and the error says so.
+  :func:`rlsched.cluster.feasibility.place_mig_devices` (the layout check the
+  simulated backend makes too) with one compute instance using all of its slices.
+  On a failure midway the GPU is cleared again, leaving it with no MIG devices
+  (mig-parted's behaviour), and the error says so.
 
 Errors: ``NVMLError_InUse`` becomes :class:`GpuInUseError`; a missing library or
 driver becomes ``BackendError("NVML not available: ...")``; every other NVML error
@@ -58,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlsched.cluster.catalog import CATALOG, GpuModel, MigProfile, gpu_model, resolve_model_name
-from rlsched.cluster.feasibility import pack_layout
+from rlsched.cluster.feasibility import place_mig_devices
 from rlsched.errors import RlschedError
 from rlsched.runtime.backend import (
     BackendError,
@@ -463,11 +464,6 @@ class NvmlBackend:
         """Replace every MIG instance of the GPU with ``devices`` (all-or-nothing)."""
         nv = self._nvml
         index, handle, where = self._device(hostname, gpu_uuid)
-        names: list[str] = []
-        for profile, count in devices.items():
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise BackendError(f"{where}: MIG device count for {profile!r} must be an integer >= 0")
-            names.extend([profile] * count)
         with self._errors(where):
             gpu_name = _text(nv.nvmlDeviceGetName(handle))
             model_name = model_from_nvml_name(gpu_name)
@@ -478,24 +474,16 @@ class NvmlBackend:
             why = "enable is pending a GPU reset" if mode[1] else "mode is disabled"
             raise BackendError(f"{where}: cannot create MIG instances: MIG {why}")
         model = gpu_model(model_name)
-        for n in set(names):
-            try:
-                model.profile(n)
-            except RlschedError as exc:
-                raise BackendError(f"{where}: {exc}") from None
-        placed = pack_layout(model, names)
-        if placed is None:
-            counts = ", ".join(f'"{p}"={c}' for p, c in sorted(devices.items()) if c)
-            raise BackendError(
-                f"{where}: MIG layout {{{counts}}} does not fit one {gpu_name} ({model.name}): "
-                f"7 compute slices, 8 memory slices, per-profile maxima and placements"
-            )
+        try:
+            placed = place_mig_devices(model, devices, gpu_name)
+        except RlschedError as exc:
+            raise BackendError(f"{where}: {exc}") from None
         with self._errors(where):
             busy = self._processes(handle)
             if busy:
                 raise GpuInUseError(f"{where}: cannot destroy MIG instances: in use by {busy} process(es); drain it")
             by_name = {p.name: p for p in self._gi_profiles(handle, model).values()}
-        missing = sorted({n for n in names if n not in by_name})
+        missing = sorted({prof.name for prof, _ in placed if prof.name not in by_name})
         if missing:
             raise BackendError(f"{where}: the driver offers no MIG profile {', '.join(missing)} on this GPU")
         with self._errors(f"{where}: destroying MIG instances"):

@@ -56,7 +56,8 @@ Behaviour (chosen to match NVML / mig-parted, see ``shared/docs/HCL.md`` s. 2 an
   on the idle GPU completes the reset.
 * **MIG layout.** All-or-nothing per GPU: every instance is destroyed and the
   requested counts are created at placements from
-  :func:`rlsched.cluster.feasibility.pack_layout` with fresh MIG UUIDs
+  :func:`rlsched.cluster.feasibility.place_mig_devices` (the layout check the NVML
+  backend makes too) with fresh MIG UUIDs
   (``uuid5(gpu uuid, generation, slot)``, so tests are reproducible). Refused with
   :class:`BackendError` (naming GPU and model) if MIG is not on or the layout does
   not fit, with :class:`GpuInUseError` if processes run on the GPU; a refusal
@@ -94,7 +95,6 @@ import difflib
 import json
 import os
 import re
-import tempfile
 import uuid as uuidlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -102,9 +102,10 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.cluster.catalog import gpu_model, resolve_model_name
-from rlsched.cluster.feasibility import pack_layout
-from rlsched.cluster.spec import resolve_layout_text
+from rlsched.cluster.feasibility import format_mig_counts, pack_layout, place_mig_devices
+from rlsched.cluster.shorthand import resolve_layout_text
 from rlsched.errors import RlschedError
+from rlsched.posix import atomic_write, exclusive_lock
 from rlsched.runtime.backend import (
     BackendError,
     GpuInfo,
@@ -137,55 +138,12 @@ _MIG_KEYS = {"profile", "uuid", "start"}
 # --- file I/O ------------------------------------------------------------------------
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Replace ``path`` with ``text`` so that no reader ever sees a torn file.
-
-    The text goes to a temporary file in the same directory (same filesystem, so the
-    rename is atomic), is fsynced, renamed over the target, and the directory is
-    fsynced so that the rename itself survives a crash.
-    """
-    target = Path(path)
-    directory = target.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be fsynced
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write ``data`` as indented JSON with :func:`write_text_atomic`."""
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    """Write ``data`` as indented JSON (mode 0644) with :func:`rlsched.posix.atomic_write`.
 
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Exclusive advisory lock on ``<path>.lock`` for a read-modify-write cycle."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX: atomic rename still protects readers
-        yield
-        return
-    lock_path = path.with_name(path.name + ".lock")
-    with open(lock_path, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    Its temporary files are ``.<name>.*.tmp``, the pattern the next mutation sweeps.
+    """
+    atomic_write(path, json.dumps(data, indent=2) + "\n", mode=0o644)
 
 
 def _unknown_keys(where: str, got: Mapping[str, Any], allowed: set[str]) -> None:
@@ -400,7 +358,7 @@ class SimulatedBackend:
         still change the GPU (a pending MIG mode, instances destroyed before a failed
         create) and the fleet must show that afterwards.
         """
-        with _locked(self.path):
+        with exclusive_lock(self.path.with_name(self.path.name + ".lock")):
             self._remove_stale_temps()
             data = self._load()
             try:
@@ -494,8 +452,12 @@ class SimulatedBackend:
         Raises:
             BackendError: unknown/unreachable node or GPU, a model without MIG, or an
                 injected ``fail_set_mode``.
-            GpuInUseError: processes block the reset; the mode stays *pending*.
+            GpuInUseError: processes block the reset; the mode stays *pending*. Disabling
+                a GPU that has MIG devices is refused before anything changes (NVML destroys
+                the instances first, which processes prevent).
             ResetRequiredError: injected ``reset_required``; the mode stays *pending*.
+
+        Asking for the current mode back cancels a pending change; that needs no reset.
         """
         with self._mutate() as data:
             node, gpu = self._find_gpu(data, hostname, gpu_uuid)
@@ -509,7 +471,13 @@ class SimulatedBackend:
             want = bool(enabled)
             if gpu.get("mig_current", False) == want and gpu.get("mig_pending", False) == want:
                 return
+            busy = gpu.get("processes", 0)
+            if not want and gpu.get("mig_current", False) and gpu.get("mig_devices") and busy:
+                raise GpuInUseError(f"{where}: cannot destroy MIG instances to disable MIG: in use by {busy} "
+                                    f"process(es); drain it first")
             gpu["mig_pending"] = want
+            if gpu.get("mig_current", False) == want:
+                return
             state = "enable" if want else "disable"
             if self._take_fault(data, keys, ("in_use",)) or gpu.get("processes", 0) > 0:
                 raise GpuInUseError(
@@ -534,25 +502,16 @@ class SimulatedBackend:
         with self._mutate() as data:
             node, gpu = self._find_gpu(data, hostname, gpu_uuid)
             where = _where(node, gpu)
-            names = _expand_counts(where, devices)
             model_name = resolve_model_name(gpu.get("model", "") or gpu["name"])
             if model_name is None or not gpu_model(model_name).mig_capable:
                 raise BackendError(f"{where}: MIG is not supported on this GPU")
             if not gpu.get("mig_current", False):
                 why = "enable is pending a GPU reset" if gpu.get("mig_pending") else "mode is disabled"
                 raise BackendError(f"{where}: cannot create MIG instances: MIG {why}")
-            model = gpu_model(model_name)
-            for n in set(names):
-                try:
-                    model.profile(n)
-                except RlschedError as exc:
-                    raise BackendError(f"{where}: {exc}") from None
-            placed = pack_layout(model, names)
-            if placed is None:
-                raise BackendError(
-                    f"{where}: MIG layout {_counts_text(devices)} does not fit one {gpu['name']} ({model.name}): "
-                    f"7 compute slices, 8 memory slices, per-profile maxima and placements"
-                )
+            try:
+                placed = place_mig_devices(gpu_model(model_name), devices, gpu["name"])
+            except RlschedError as exc:
+                raise BackendError(f"{where}: {exc}") from None
             if self._take_fault(data, (gpu_uuid, hostname), ("in_use",)) or gpu.get("processes", 0) > 0:
                 raise GpuInUseError(
                     f"{where}: cannot destroy MIG instances: in use by {gpu.get('processes', 0) or 'a'} process(es); "
@@ -563,7 +522,8 @@ class SimulatedBackend:
             gpu["mig_devices"] = []
             if self._take_fault(data, (gpu_uuid, hostname), ("fail_set_layout",)):
                 raise BackendError(
-                    f"{where}: creating MIG layout {_counts_text(devices)} failed (injected fault fail_set_layout); "
+                    f"{where}: creating MIG layout {format_mig_counts(devices)} failed "
+                    f"(injected fault fail_set_layout); "
                     f"the GPU was left with no MIG devices"
                 )
             gpu["mig_devices"] = [
@@ -709,20 +669,6 @@ class SimulatedBackend:
             faults = data.setdefault("faults", {})
             queued = faults.get(key)
             faults[key] = [*(queued if isinstance(queued, list) else [queued] if queued else []), fault]
-
-
-def _expand_counts(where: str, devices: Mapping[str, int]) -> list[str]:
-    names: list[str] = []
-    for profile, count in devices.items():
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise BackendError(f"{where}: MIG device count for {profile!r} must be an integer >= 0, got {count!r}")
-        names.extend([profile] * count)
-    return names
-
-
-def _counts_text(devices: Mapping[str, int]) -> str:
-    inner = ", ".join(f'"{p}"={c}' for p, c in sorted(devices.items()) if c)
-    return "{" + inner + "}"
 
 
 # --- fleet construction ("inventory init") ---------------------------------------------

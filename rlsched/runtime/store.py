@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from rlsched.errors import RlschedError
 from rlsched.runtime.audit import AuditEvent, AuditRecord, dumps
 from rlsched.runtime.executor import open_private, private_file
+from rlsched.runtime.job_request import JobRequest
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from 3.11; annotations only
@@ -262,7 +263,7 @@ class PrunedJob:
 
 
 class SubmitOptions(TypedDict, total=False):
-    """The keyword options of :meth:`Store.submit_record` (defaults and meaning there)."""
+    """The keyword options of :meth:`Store.submit`: :class:`JobRequest`'s fields (``mig_profile`` is its ``mig``)."""
 
     gpus: int
     gpu_milli: int
@@ -273,7 +274,6 @@ class SubmitOptions(TypedDict, total=False):
     preemptible: bool
     deadline: float | None
     idempotency_key: str | None
-    options: Mapping[str, Any] | None
 
 
 class Store:
@@ -432,7 +432,7 @@ class Store:
         return self.append_record(rec).id or 0
 
     def append_record(self, rec: AuditRecord) -> AuditRecord:
-        """Persist a record built elsewhere (the guard's sink); returns it with its id."""
+        """Persist a record built elsewhere (the fallback guard's sink); returns it with its id."""
         with self._tx() as conn:
             rid = self._audit(conn, rec)
         return AuditRecord(event=rec.event, job=rec.job, gpus=rec.gpus, policy=rec.policy,
@@ -440,7 +440,7 @@ class Store:
                            time=rec.time, id=rid)
 
     def audit_sink(self) -> Callable[[AuditRecord], None]:
-        """An :data:`~rlsched.runtime.audit.AuditSink` writing to this store (give it to the guard)."""
+        """An :data:`~rlsched.runtime.audit.AuditSink` writing to this store (give it to the fallback guard)."""
 
         def sink(rec: AuditRecord) -> None:
             self.append_record(rec)
@@ -488,6 +488,16 @@ class Store:
         """Recorded decisions in id order (``since``: id cursor, exclusive)."""
         rows = self._conn().execute("SELECT * FROM decisions WHERE id > ? ORDER BY id", (since or 0,)).fetchall()
         return [{**dict(r), "payload": json.loads(r["payload"]), "applied": bool(r["applied"])} for r in rows]
+
+    def last_audit_id(self) -> int:
+        """The newest audit record's id (0 when there is none): where a reader of only new records starts."""
+        row = self._conn().execute("SELECT MAX(id) FROM audit").fetchone()
+        return int(row[0] or 0)
+
+    def recent_decisions(self, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` recorded decisions, oldest first (a bounded read for dashboards)."""
+        rows = self._conn().execute("SELECT * FROM decisions ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [{**dict(r), "payload": json.loads(r["payload"]), "applied": bool(r["applied"])} for r in reversed(rows)]
 
     # ------------------------------------------------------------------ jobs: reads
     def get(self, job_id: str) -> JobRecord | None:
@@ -598,28 +608,19 @@ class Store:
 
     # ------------------------------------------------------------------ jobs: writes
     def submit(self, argv: Sequence[str], **request: Unpack[SubmitOptions]) -> str:
-        """Queue a job and return its id (see :meth:`submit_record` for the options)."""
-        return self.submit_record(argv, **request)[0].id
+        """Queue a job and return its id (see :meth:`submit_record`; the default user is ``""``)."""
+        req = JobRequest(argv, gpus=request.get("gpus"), mig=request.get("mig_profile"),
+                         gpu_milli=request.get("gpu_milli", 1000), gpu_models=request.get("gpu_models", ()),
+                         priority=request.get("priority", 0), user=request.get("user", ""),
+                         preemptible=request.get("preemptible", False), deadline=request.get("deadline"),
+                         idempotency_key=request.get("idempotency_key"))
+        return self.submit_record(req)[0].id
 
-    def submit_record(
-        self,
-        argv: Sequence[str],
-        *,
-        gpus: int = 1,
-        gpu_milli: int = 1000,
-        mig_profile: str | None = None,
-        gpu_models: Sequence[str] = (),
-        priority: int = 0,
-        user: str = "",
-        preemptible: bool = False,
-        deadline: float | None = None,
-        idempotency_key: str | None = None,
-        options: Mapping[str, Any] | None = None,
-    ) -> tuple[JobRecord, bool]:
+    def submit_record(self, req: JobRequest) -> tuple[JobRecord, bool]:
         """Queue a job; returns its record and whether it is new (False: an idempotent retry).
 
-        A request is either ``gpus`` whole GPUs, a fraction ``gpu_milli`` of one GPU,
-        or a MIG profile (``mig_profile="3g.40gb"``, stored with the equivalent
+        A request is either ``gpus`` whole GPUs (None: one), a fraction ``gpu_milli``
+        of one GPU, or a MIG profile (``mig="3g.40gb"``, stored with the equivalent
         ``gpu_milli`` so feasibility picks that compute size).
 
         With ``idempotency_key``, a retried submission (client timed out, network
@@ -627,13 +628,18 @@ class Store:
         the job twice; the same key with a different request raises
         :class:`IdempotencyConflictError`.
 
-        ``options`` (JSON-safe) keeps request fields the scheduler service needs
-        beyond the columns (``cpus``, ``memory_gib``, ``pool``...); they are part of
-        the request an idempotency key is compared against.
+        The request's option fields (``cpus``, ``memory_gib``, ``pool``...: what the
+        scheduler service needs beyond the columns) are kept as the job's ``options``;
+        they are part of the request an idempotency key is compared against.
         """
+        argv = req.argv
         argv_t = [] if isinstance(argv, (str, bytes)) else list(argv)
         if not argv_t or not all(isinstance(a, str) for a in argv_t):
             raise StoreError("argv must be a non-empty list of strings (no shell command line)")
+        gpus = 1 if req.gpus is None else req.gpus
+        gpu_milli, mig_profile, gpu_models = req.gpu_milli, req.mig, req.gpu_models
+        priority, user, preemptible, deadline = req.priority, req.user, req.preemptible, req.deadline
+        idempotency_key = req.idempotency_key
         if mig_profile is not None:
             gpus, gpu_milli = 1, _milli_of_profile(mig_profile)
         if gpus < 0:
@@ -643,7 +649,8 @@ class Store:
         request = {"argv": argv_t, "gpus": gpus, "gpu_milli": gpu_milli, "mig_profile": mig_profile,
                    "gpu_models": sorted(gpu_models), "priority": priority, "user": user,
                    "preemptible": bool(preemptible), "deadline": deadline}
-        opts = json.loads(dumps(dict(options))) if options else {}
+        options = req.options()
+        opts = json.loads(dumps(options)) if options else {}
         if opts:
             request["options"] = opts
         now = self.clock()

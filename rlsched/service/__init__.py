@@ -12,17 +12,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlsched.service.config import ServiceConfig, default_state_dir
-    from rlsched.service.service import AdmissionError, SchedulerService, SubmitRequest
+    from rlsched.runtime.job_request import JobRequest
+    from rlsched.service.admission import AdmissionError
+    from rlsched.service.config import ServiceConfig, ServiceMode, default_state_dir
+    from rlsched.service.service import SchedulerService
 
-__all__ = ["AdmissionError", "SchedulerService", "ServiceConfig", "SubmitRequest", "default_state_dir"]
+__all__ = ["AdmissionError", "JobRequest", "SchedulerService", "ServiceConfig", "ServiceMode", "default_state_dir"]
 
 _WHERE = {
     "ServiceConfig": "rlsched.service.config",
+    "ServiceMode": "rlsched.service.config",
     "default_state_dir": "rlsched.service.config",
-    "AdmissionError": "rlsched.service.service",
+    "AdmissionError": "rlsched.service.admission",
+    "JobRequest": "rlsched.runtime.job_request",
     "SchedulerService": "rlsched.service.service",
-    "SubmitRequest": "rlsched.service.service",
 }
 
 

@@ -11,13 +11,27 @@ Endpoints (all under a bearer token except ``/healthz``, ``/docs`` and ``/openap
     GET  /v1/audit                audit records (?since=ID cursor, ?since_time=EPOCH, ?job=ID, ?limit=N)
     GET  /v1/info                 policy, pools, backend, queue counts
     POST /v1/reload               hot-swap the spec and/or policy (jobs are kept)
+    GET  /v1/fleet                nodes, GPUs, MIG instances and their jobs; nodes held and cost
+    GET  /v1/quotas               each quota's use; what each user holds
+    GET  /v1/decisions            the scheduler's last decisions (?limit=N)
+    GET  /v1/trace                the job history as a canonical trace CSV (?since_s=N, ?with_commands=true)
     GET  /metrics                 Prometheus text format
-    GET  /healthz                 liveness (no token)
+    GET  /ui/                     the live web dashboard (static; no token to load, the API calls need it)
+    GET  /healthz                 liveness, and whether public read is on (no token)
 
 The API documentation itself (``/docs``, ``/openapi.json``) is left open: it holds
 no data, and tools that generate clients need it without credentials. Every
 endpoint that reads jobs, logs, audit or metrics, or changes anything, needs
 ``Authorization: Bearer <token>`` (compared in constant time).
+
+Public read (``rlsched serve --public-read``, off by default) lets anyone who can reach the port read
+what the dashboard shows of the fleet and the queue without a token: ``GET /v1/fleet``, ``/v1/quotas``,
+``/v1/decisions``, ``/v1/jobs``, ``/v1/jobs/{id}``, ``/v1/info`` and ``/metrics`` (:data:`PUBLIC_READS`).
+Anonymous readers get job views with the job-supplied strings that may carry secrets replaced by
+:data:`REDACTED` (argv, cwd, environment, idempotency key) and the job's log path hidden, and ``/v1/info``
+without paths on the service's machine (state dir, spec files, the backend's file). Logs, the audit
+trail, the trace export and every ``POST`` still need the token; a wrong token is refused (401) even
+then, so a mistyped login never silently reads as anonymous.
 
 Errors are always JSON ``{"detail": "<one line>"}``: 401 (token), 403 (quota),
 404 (unknown job), 409 (idempotency key reused for another request), 413 (body
@@ -72,6 +86,16 @@ MIG_PATTERN = r"^[1-7]g\.[0-9]{1,3}gb(\+me)?$"
 IDEMPOTENCY_PATTERN = r"^[\x21-\x7e]{1,200}$"
 JOB_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
+#: What an anonymous reader (public read) sees in place of a job-supplied string that may hold a secret.
+REDACTED = "[redacted: log in to see]"
+#: The reads ``--public-read`` opens to readers without a token (method, path).
+PUBLIC_READS = (("GET", "/v1/fleet"), ("GET", "/v1/quotas"), ("GET", "/v1/decisions"), ("GET", "/v1/jobs"),
+                ("GET", "/v1/jobs/{job_id}"), ("GET", "/v1/info"), ("GET", "/metrics"))
+#: Request fields of a job view replaced by :data:`REDACTED` for anonymous readers (argv too, as one item).
+REDACTED_REQUEST_FIELDS = ("cwd", "env", "environment", "idempotency_key")
+#: ``/v1/info`` fields replaced by :data:`REDACTED` for anonymous readers (paths on the service's machine).
+REDACTED_INFO_FIELDS = ("state_dir", "spec")
+
 JobId = Annotated[str, PathParam(pattern=JOB_ID_PATTERN, description="A job id, e.g. j-0123456789abcdef.")]
 
 #: What each pattern means, for validation messages.
@@ -104,6 +128,7 @@ class ServiceLike(Protocol):
               limit: int | None = None) -> "list[AuditRecord]": ...
     def reload(self, spec_paths: list[Path] | None = None, *, policy: str | None = None) -> dict[str, Any]: ...
     def info(self) -> dict[str, Any]: ...
+    def trace_csv(self, since_s: float | None = None, with_commands: bool = False) -> str: ...
 
 
 def known_mig_profiles() -> frozenset[str]:
@@ -198,6 +223,10 @@ class SubmitResult(BaseModel):
 
 
 class RequestView(BaseModel):
+    """How a job's request reads in the API's answers: a projection of
+    :class:`~rlsched.runtime.job_request.JobRequest` (the one request type), kept as its own schema so
+    the answers and ``/openapi.json`` list exactly these fields (a test holds them to JobRequest's)."""
+
     model_config = ConfigDict(extra="allow")
 
     argv: list[str]
@@ -221,6 +250,8 @@ class AllocationView(BaseModel):
     devices: list[str] = Field(description="GPU or MIG UUIDs, exactly what CUDA_VISIBLE_DEVICES gets.")
     gpu_indices: list[int] = []
     slice_start: int | None = None
+    by_node: dict[str, list[str]] | None = Field(
+        None, description="A job whose devices span nodes (a gang on a fleet): each node's devices.")
 
 
 class JobView(BaseModel):
@@ -369,6 +400,37 @@ def _admission_status(exc: Exception) -> int:
     return {"quota": 403, "conflict": 409}.get(kind, 422)
 
 
+def redact_job(job: dict[str, Any]) -> dict[str, Any]:
+    """A job view for an anonymous reader: argv, cwd, environment and idempotency key replaced by
+    :data:`REDACTED` (job-supplied strings that may carry secrets), the log path (a path on the service's
+    machine) too. Everything the scheduler says about the job (state, user, size, reason, place) is kept."""
+    out = dict(job)
+    request = out.get("request")
+    if isinstance(request, dict):
+        request = dict(request)
+        if "argv" in request:
+            request["argv"] = [REDACTED]
+        for name in REDACTED_REQUEST_FIELDS:
+            if request.get(name) is not None:
+                request[name] = REDACTED
+        out["request"] = request
+    if out.get("log_path") is not None:
+        out["log_path"] = REDACTED
+    return out
+
+
+def redact_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``/v1/info`` for an anonymous reader: no state dir or spec paths, the backend's kind without its file."""
+    out = dict(info)
+    for name in REDACTED_INFO_FIELDS:
+        if name in out:
+            out[name] = REDACTED
+    backend = out.get("backend")
+    if isinstance(backend, str) and ":" in backend:
+        out["backend"] = backend.split(":", 1)[0] + ":" + REDACTED
+    return out
+
+
 def _tail(path: Path, tail: int | None, offset: int | None, max_bytes: int) -> tuple[bytes, int, int]:
     """(data, start offset, size) of a log file; empty if it does not exist yet."""
     try:
@@ -462,7 +524,7 @@ class BodyLimitMiddleware:
 
 
 def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BODY_BYTES,
-               state_dir: Path | None = None) -> FastAPI:
+               public_read: bool = False) -> FastAPI:
     """The FastAPI application serving ``service``, guarded by ``token``.
 
     Args:
@@ -470,12 +532,13 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
             anything with its methods).
         token: the bearer token every request except health and docs must carry.
         max_body_bytes: larger request bodies get 413.
-        state_dir: the service's state dir (kept for callers; never reported over HTTP).
+        public_read: the reads of :data:`PUBLIC_READS` answer without a token, redacted (see the module doc).
     """
     if not token:
         raise ValueError("the API needs a non-empty token")
+    from rlsched.runtime.job_request import JobRequest
     from rlsched.runtime.store import IdempotencyConflictError, InvalidTransitionError, UnknownJobError
-    from rlsched.service.service import AdmissionError, SubmitRequest
+    from rlsched.service.admission import AdmissionError
     from rlsched.spec.model import SpecError
 
     app = FastAPI(
@@ -502,6 +565,14 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
                                 headers={"WWW-Authenticate": 'Bearer realm="rlsched", error="invalid_token"'})
 
     auth = [Depends(require_token)]
+
+    def read_access(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> bool:
+        """True for a token holder; False for an anonymous reader (only under ``public_read``); else 401.
+        A token that is sent must be right, public read or not."""
+        if creds is None and public_read:
+            return False
+        require_token(creds)
+        return True
 
     # ---------------------------------------------------------------- error handlers
     @app.exception_handler(RequestValidationError)
@@ -539,8 +610,9 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
     @app.get("/healthz", tags=["service"], response_model=Health, summary="Liveness (no token needed)")
     def healthz() -> dict[str, Any]:
         # Nothing here may help a stranger: no state dir, no paths (a client finds the token through the
-        # state dir's server.json, never by asking whoever answers on a port).
-        return {"status": "ok", "version": rlsched.__version__, "pid": os.getpid()}
+        # state dir's server.json, never by asking whoever answers on a port). public_read tells the dashboard
+        # whether to read without a token (instead of drawing a 401 every poll); anyone can learn it by trying.
+        return {"status": "ok", "version": rlsched.__version__, "pid": os.getpid(), "public_read": public_read}
 
     @app.post("/v1/jobs", tags=["jobs"], status_code=201, response_model=SubmitResult, dependencies=auth,
               summary="Submit a job",
@@ -552,7 +624,7 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
             description="Retrying with the same key returns the same job instead of a second one.")] = None,
     ) -> dict[str, Any]:
         key = idempotency_key or body.idempotency_key
-        req = SubmitRequest(
+        req = JobRequest(
             argv=list(body.argv), gpus=body.gpus, mig=body.mig, priority=body.priority, user=body.user,
             preemptible=body.preemptible, deadline=_f(body.deadline), cpus=_f(body.cpus),
             memory_gib=_f(body.memory_gib), pool=body.pool, estimated_duration_s=_f(body.estimated_duration_s),
@@ -565,13 +637,13 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
         return {"id": rec.id, "state": state, "submitted_at": rec.submitted_at}
 
     @app.get("/v1/jobs", tags=["jobs"], response_model=list[JobView], response_model_exclude_unset=True,
-             dependencies=auth,
              responses={**_ERRORS, 200: {"description": "Jobs in submission order. Header X-Rlsched-Next-Before "
                                                         "(when older matching jobs exist): the `before` of the "
                                                         "previous page."}},
              summary="List jobs in submission order (the last `limit`; page back with `before`)")
     def list_jobs(
         response: Response,
+        authed: Annotated[bool, Depends(read_access)],
         state: Annotated[list[JobStateName] | None, Query(description="Only jobs in these states (repeatable).")]
         = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="The last N matching jobs.")] = DEFAULT_PAGE,
@@ -586,17 +658,17 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
             raise fail(exc) from None
         if len(out) == limit and out and isinstance(out[0].get("seq"), int):
             response.headers["X-Rlsched-Next-Before"] = str(out[0]["seq"])
-        return out
+        return out if authed else [redact_job(j) for j in out]
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"], response_model=JobView, response_model_exclude_unset=True,
-             dependencies=auth,
              responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such job."}},
              summary="One job: state, allocation, and why it is pending")
-    def get_job(job_id: JobId) -> dict[str, Any]:
+    def get_job(job_id: JobId, authed: Annotated[bool, Depends(read_access)]) -> dict[str, Any]:
         try:
-            return service.job_status(job_id)
+            job = service.job_status(job_id)
         except RlschedError as exc:
             raise fail(exc) from None
+        return job if authed else redact_job(job)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], response_model=CancelResult, dependencies=auth,
               responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such job."}},
@@ -658,10 +730,11 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
         except RlschedError as exc:
             raise fail(exc) from None
 
-    @app.get("/v1/info", tags=["service"], dependencies=auth, responses=_ERRORS,
+    @app.get("/v1/info", tags=["service"], responses=_ERRORS,
              summary="Policy, pools, backend and queue of the running service")
-    def info() -> dict[str, Any]:
-        return _jsonable(service.info())
+    def info(authed: Annotated[bool, Depends(read_access)]) -> dict[str, Any]:
+        out = _jsonable(service.info())
+        return out if authed else redact_info(out)
 
     @app.post("/v1/reload", tags=["service"], dependencies=auth,
               responses={**_ERRORS, 413: {"model": ErrorBody, "description": "Request body too large."}},
@@ -676,7 +749,7 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
         except (OSError, ValueError) as exc:  # a path the OS refuses (too long, not a file...)
             raise HTTPException(422, _one_line(f"cannot load the spec: {exc}")) from None
 
-    @app.get("/metrics", tags=["service"], dependencies=auth, response_class=PlainTextResponse,
+    @app.get("/metrics", tags=["service"], dependencies=[Depends(read_access)], response_class=PlainTextResponse,
              responses={**_ERRORS, 200: {"content": {"text/plain": {}}, "description": "Prometheus text format."}},
              summary="Prometheus metrics")
     def metrics() -> Response:
@@ -684,8 +757,168 @@ def create_app(service: ServiceLike, token: str, *, max_body_bytes: int = MAX_BO
 
         return Response(content=generate_latest(service.registry), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/v1/trace", tags=["audit"], dependencies=auth, response_class=PlainTextResponse,
+             responses={**_ERRORS, 200: {"content": {"text/csv": {}},
+                                         "description": "Canonical trace CSV (rlsched trace export's format)."}},
+             summary="The service's job history as a canonical trace")
+    def trace(
+        since_s: Annotated[float | None, Query(gt=0, allow_inf_nan=False,
+                                               description="Only jobs submitted in the last N seconds.")] = None,
+        with_commands: Annotated[bool, Query(description="Also each job's command line and cwd.")] = False,
+    ) -> Response:
+        try:
+            text = service.trace_csv(since_s, with_commands)
+        except RlschedError as exc:
+            raise fail(exc) from None
+        return Response(content=text, media_type="text/csv; charset=utf-8")
+
+    _mount_board(app, service, [Depends(read_access)])
+    _mount_ui(app)
     app.state.started_at = time.time()
     return app
+
+
+# --------------------------------------------------------------------------- dashboard reads and /ui
+
+
+class SliceView(BaseModel):
+    profile: str
+    start: int = Field(description="First memory slice (of 8) of the instance.")
+    size: int = Field(description="Memory slices the instance occupies.")
+    uuid: str
+    job: dict[str, Any] | None = Field(None, description="The job on the instance: id, user, state.")
+
+
+class GpuView(BaseModel):
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    healthy: bool
+    problem: str = Field(description="Why the GPU gets no new work (empty when it does).")
+    mig: bool = Field(description="MIG mode is on.")
+    slices: list[SliceView]
+    jobs: list[dict[str, Any]] = Field(description="Jobs holding the whole GPU.")
+
+
+class NodeView(BaseModel):
+    hostname: str
+    pool: str = Field(description="The pool that claims the node (empty: none).")
+    kind: str = Field(description="The pool's capacity: onprem, ondemand or spot.")
+    status: str = Field(description="ready, cordoned, draining (cordoned with jobs) or unknown (unreachable).")
+    reachable: bool
+    cordoned: bool
+    gpus: list[GpuView]
+
+
+class FleetView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    time: float
+    nodes: list[NodeView]
+    unassigned: list[str] = Field(description="Inventory nodes no pool claims.")
+    held: dict[str, dict[str, int]] = Field(description="Per capacity kind: reachable nodes and GPUs held.")
+    audit_last_id: int = Field(description="The newest audit record's id: a `GET /v1/audit?since=` cursor for "
+                                           "reading only what comes next.")
+    cost: dict[str, Any] = Field(description="usd_per_hour, usd_total since the service started (`since`), and "
+                                             "per pool: price per GPU-hour and its source.")
+
+
+class QuotaUseView(BaseModel):
+    name: str
+    pool: str
+    principal: str
+    max_gpus: int | None
+    max_slices: dict[str, int]
+    max_gpu_hours_per_day: float | None
+    used: dict[str, Any] = Field(description="What the principal holds now: gpus, slices per profile, and "
+                                             "gpu_hours over the last 24 h.")
+
+
+class QuotasView(BaseModel):
+    quotas: list[QuotaUseView]
+    users: dict[str, dict[str, Any]] = Field(description="Per user holding GPUs: jobs, gpus, slices per profile, "
+                                                         "pools.")
+
+
+class DecisionView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    time: float
+    kind: str = Field(description="place, preempt, reconfigure, scale...")
+    job: str | None
+    policy: str = Field(description="Who decided (primary, fallback, a heuristic name...).")
+    model_version: str
+    applied: bool
+    reason: str = Field(description="Why a refused decision was refused.")
+    payload: dict[str, Any]
+
+
+def _mount_board(app: FastAPI, service: ServiceLike, auth: list[Any]) -> None:
+    """``/v1/fleet``, ``/v1/quotas``, ``/v1/decisions`` (see :mod:`rlsched.service.board`), when ``service`` is
+    a real scheduler service; its cost and node families join ``/metrics``. ``auth``: the read dependency
+    (the token, or nothing under public read: these answers hold no job-supplied strings beyond ids and
+    users)."""
+    from rlsched.service.board import board_for
+
+    board = board_for(service)
+    if board is None:
+        return
+
+    @app.get("/v1/fleet", tags=["service"], response_model=FleetView, dependencies=auth, responses=_ERRORS,
+             summary="Every node and GPU, MIG instances and the jobs on them; nodes held and cost")
+    def fleet() -> dict[str, Any]:
+        return board.fleet()
+
+    @app.get("/v1/quotas", tags=["service"], response_model=QuotasView, dependencies=auth, responses=_ERRORS,
+             summary="Each quota's limits and use now; what each user holds")
+    def quotas() -> dict[str, Any]:
+        return _jsonable(board.quotas())
+
+    @app.get("/v1/decisions", tags=["service"], response_model=list[DecisionView], dependencies=auth,
+             responses=_ERRORS,
+             summary="The scheduler's last decisions (applied or refused), oldest first")
+    def decisions(limit: Annotated[int, Query(ge=1, le=500, description="The last N decisions.")] = 50,
+                  ) -> list[dict[str, Any]]:
+        return _jsonable(board.decisions(limit))
+
+
+#: The dashboard's Content-Security-Policy: its own script and style only, requests to this origin only.
+UI_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+          "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: The dashboard's files (package data in rlsched/service/ui) and their media types.
+UI_ASSETS = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+             "app.css": "text/css; charset=utf-8"}
+
+
+def ui_asset(name: str) -> bytes:
+    """One file of the dashboard, read from the installed package."""
+    from importlib.resources import files
+
+    return files("rlsched.service").joinpath("ui", name).read_bytes()
+
+
+def _mount_ui(app: FastAPI) -> None:
+    """``/ui``: the live dashboard (static files; it reads the API with the token the user logs in with)."""
+    from fastapi.responses import RedirectResponse
+
+    headers = {"Content-Security-Policy": UI_CSP, "X-Content-Type-Options": "nosniff",
+               "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
+
+    @app.get("/ui", include_in_schema=False)
+    def ui_root() -> Response:
+        return RedirectResponse("/ui/", status_code=307)
+
+    @app.get("/ui/", include_in_schema=False)
+    def ui_index() -> Response:
+        return Response(ui_asset("index.html"), media_type=UI_ASSETS["index.html"], headers=headers)
+
+    @app.get("/ui/{name}", include_in_schema=False)
+    def ui_file(name: str) -> Response:
+        if name not in UI_ASSETS:
+            raise HTTPException(404, f"no dashboard file {name!r}")
+        return Response(ui_asset(name), media_type=UI_ASSETS[name], headers=headers)
 
 
 #: Where ``/docs`` loads Swagger UI's script and style from (served by the service itself).

@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 from rlsched.errors import RlschedError
+from rlsched.posix import fsync_dir
 from rlsched.service.statedir import secure_dir
 
 #: Environment variable clients read the token from first.
@@ -131,12 +132,7 @@ def ensure_token(state_dir: Path) -> str:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    with contextlib.suppress(OSError):
-        dfd = os.open(state_dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    fsync_dir(state_dir)  # the link is the token's creation: make it survive a crash
     return token
 
 

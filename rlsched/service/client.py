@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsched.errors import RlschedError
-from rlsched.plan.state import pid_alive
+from rlsched.posix import pid_exists
 from rlsched.service.auth import TOKEN_ENV, resolve_token
 
 #: Environment variable with the service URL.
@@ -129,7 +129,7 @@ def listener_owned_by(url: str, pid: int) -> bool:
     True only when ``/proc`` shows it (a socket of ``pid`` among the port's listening
     sockets); on a system without ``/proc/net`` it falls back to ``pid`` being alive.
     """
-    if not pid_alive(pid):
+    if not pid_exists(pid):
         return False
     port = urllib.parse.urlsplit(url).port
     if port is None:
@@ -184,7 +184,7 @@ def _live_server_json(state_dir: Path) -> tuple[dict[str, Any] | None, str]:
     if info is None:
         return None, f"no server.json in {state_dir}"
     pid = info.get("pid")
-    if not isinstance(pid, int) or not pid_alive(pid):
+    if not isinstance(pid, int) or not pid_exists(pid):
         return None, f"{state_dir / SERVER_FILE} names pid {pid}, which is not running"
     return info, ""
 
@@ -232,13 +232,6 @@ def resolve_target(server: str | None = None, *, spec: Path | None = None, state
         return Target(normalise_url(info["url"]), d, f"{d / SERVER_FILE}", tried, server_pid=info["pid"])
     tried.append(where)
     return Target(DEFAULT_SERVER, None, "the default address", tried)
-
-
-def resolve_server(server: str | None = None, *, spec: Path | None = None,
-                   state_dir: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[str, Path | None]:
-    """(URL, state dir or None) of the service a client should talk to (see :func:`resolve_target`)."""
-    t = resolve_target(server, spec=spec, state_dir=state_dir, env=env)
-    return t.url, t.state_dir
 
 
 class Client:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,17 @@ def default_state_dir(spec_path: Path) -> Path:
     return base / ".rlsched-service" / stem
 
 
+class ServiceMode(str, Enum):
+    """How the served policy block acts (``rlsched serve``'s ``--shadow`` / ``--fallback-only``)."""
+
+    #: the block's scheduler decides, guarded by its fallback heuristic
+    POLICY = "policy"
+    #: the scheduler only advises (audited); the fallback heuristic acts
+    SHADOW = "shadow"
+    #: the block's fallback heuristic alone (no model is loaded)
+    FALLBACK_ONLY = "fallback-only"
+
+
 @dataclass
 class ServiceConfig:
     """Everything a :class:`~rlsched.service.service.SchedulerService` is built from.
@@ -31,11 +43,10 @@ class ServiceConfig:
     Attributes:
         spec_paths: the pool spec files (or folders of ``*.hcl``).
         state_dir: store (``jobs.db``) and job logs (``logs/``).
-        backend: ``nvml`` or ``sim:PATH.json``; None reads ``$RLSCHED_BACKEND``.
+        backend: ``nvml``, ``sim:PATH.json`` or ``ray:auto`` / ``ray:HOST:PORT``; None reads ``$RLSCHED_BACKEND``.
         variables: spec variables (as ``--var NAME=VALUE`` would set them).
         policy: which ``policy`` block to serve; default the only one, else ``default``.
-        fallback_only: serve the block's fallback heuristic alone (no model is loaded).
-        shadow: the primary only advises (audited); the fallback heuristic acts.
+        mode: policy, shadow or fallback-only (see :class:`ServiceMode`).
         tick_s: control-loop period.
         grace_s: SIGTERM -> SIGKILL delay when a job is cancelled or preempted.
         max_decision_latency_s: overrides the policy's ``health.max_decision_latency``.
@@ -44,6 +55,9 @@ class ServiceConfig:
         history_max_jobs: at most this many finished jobs are kept, the newest (None: no count limit).
             Default 100,000. The audit trail is append-only and is kept whatever these say.
         retention_every_s: how often the background sweep runs (the first one soon after the start).
+        public_read: the dashboard's reads of the fleet and the queue answer without a token, with job-supplied
+            secrets redacted (see :mod:`rlsched.service.api`); logs, audit, trace and every change still need
+            it. Off by default.
     """
 
     spec_paths: list[Path]
@@ -51,14 +65,14 @@ class ServiceConfig:
     backend: str | None = None
     variables: dict[str, Any] = field(default_factory=dict)
     policy: str | None = None
-    fallback_only: bool = False
-    shadow: bool = False
+    mode: ServiceMode = ServiceMode.POLICY
     tick_s: float = 0.25
     grace_s: float = 10.0
     max_decision_latency_s: float | None = None
     history_max_age_s: float | None = DEFAULT_HISTORY_MAX_AGE_S
     history_max_jobs: int | None = DEFAULT_HISTORY_MAX_JOBS
     retention_every_s: float = 600.0
+    public_read: bool = False
 
     def __post_init__(self) -> None:
         self.spec_paths = [Path(p) for p in ([self.spec_paths] if isinstance(self.spec_paths, (str, Path))
@@ -70,8 +84,7 @@ class ServiceConfig:
             raise ValueError("tick_s must be > 0 and grace_s >= 0")
         if self.max_decision_latency_s is not None and self.max_decision_latency_s <= 0:
             raise ValueError("max_decision_latency_s must be > 0")
-        if self.fallback_only and self.shadow:
-            raise ValueError("fallback_only and shadow exclude each other")
+        self.mode = ServiceMode(self.mode)  # (a ValueError names an unknown mode)
         if self.history_max_age_s is not None and not self.history_max_age_s > 0:
             raise ValueError("history_max_age_s must be > 0 (None keeps history of any age)")
         if self.history_max_jobs is not None and self.history_max_jobs < 0:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsched.errors import RlschedError
-from rlsched.plan.state import pid_alive as _pid_exists
+from rlsched.posix import atomic_write, pid_running
 from rlsched.service.client import (
     DEFAULT_LISTEN,
     SERVER_FILE,
@@ -42,7 +42,7 @@ from rlsched.service.client import (
     listener_owned_by,
     read_server_info,
 )
-from rlsched.service.statedir import ServiceLock, StateDirBusyError, holder_pid, open_private, secure_dir
+from rlsched.service.statedir import FILE_MODE, ServiceLock, StateDirBusyError, holder_pid, open_private, secure_dir
 
 if TYPE_CHECKING:
     from rlsched.service.config import ServiceConfig
@@ -143,27 +143,6 @@ def bind(host: str, port: int) -> socket.socket:
 # --------------------------------------------------------------------------- server.json
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def pid_alive(pid: int) -> bool:
-    """:func:`rlsched.plan.state.pid_alive`, except that a zombie (an exited, unreaped child) is dead."""
-    if not _pid_exists(pid):
-        return False
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rpartition(")")[2].split()[0] == "Z":
-            return False
-    return True
-
-
 def find_running(state_dir: Path, *, timeout: float = 2.0) -> ServerInfo | None:
     """The service of ``state_dir`` if its ``server.json`` names a live process whose ``/healthz`` answers."""
     raw = read_server_info(Path(state_dir))
@@ -173,7 +152,7 @@ def find_running(state_dir: Path, *, timeout: float = 2.0) -> ServerInfo | None:
         info = ServerInfo.from_json(raw)
     except (KeyError, TypeError, ValueError):
         return None
-    if not pid_alive(info.pid):
+    if not pid_running(info.pid):
         return None
     try:
         health = Client(info.url, token="-", timeout=timeout).health()
@@ -290,6 +269,9 @@ def _serve_locked(config: ServiceConfig, state_dir: Path, host: str, port: int, 
     if not is_loopback(host):
         log.warning("listening on %s, which is not a loopback address: anyone who can reach it and has the token "
                     "can submit jobs; put TLS in front of it (a reverse proxy) on untrusted networks", host)
+    if config.public_read:
+        log.warning("public read is on: anyone who can reach %s reads the fleet, the queue, quotas, decisions, "
+                    "info and metrics without the token (job commands, cwd and paths redacted)", host)
     token = ensure_token(state_dir)
     sock = bind(host, port)
     actual_port = sock.getsockname()[1]
@@ -305,14 +287,14 @@ def _serve_locked(config: ServiceConfig, state_dir: Path, host: str, port: int, 
                       spec=[str(Path(p).resolve()) for p in config.spec_paths], listen=f"{host}:{actual_port}",
                       version=_version())
     try:
-        app = create_app(service, token, state_dir=state_dir)
+        app = create_app(service, token, public_read=config.public_read)
         uconfig = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=access_log, lifespan="off",
                                  timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
                                  http=_protocol_class())
         server = _server_class()(uconfig)
 
         def started() -> None:
-            _write_json_atomic(server_file, info.to_json())
+            atomic_write(server_file, json.dumps(info.to_json(), indent=2) + "\n", mode=FILE_MODE)
             log.info("rlsched service %s ready at %s (state dir %s)", info.version, url, state_dir)
             if announce is not None:
                 announce(info)
@@ -326,7 +308,7 @@ def _serve_locked(config: ServiceConfig, state_dir: Path, host: str, port: int, 
                 server_file.unlink()
         sock.close()
         log.info("stopping the scheduler loop (job processes keep running)")
-        service.stop()
+        service.close()  # also gives a fleet's lease back, so another service may take the cluster at once
     return 0
 
 
@@ -349,10 +331,8 @@ def serve_argv(config: ServiceConfig, listen: str) -> list[str]:
         argv += ["--var", arg]
     if config.policy:
         argv += ["--policy", config.policy]
-    if config.fallback_only:
-        argv.append("--fallback-only")
-    if config.shadow:
-        argv.append("--shadow")
+    if config.mode.value != "policy":
+        argv.append(f"--{config.mode.value}")  # --shadow, --fallback-only
     if config.max_decision_latency_s is not None:
         argv += ["--max-decision-latency-ms", f"{config.max_decision_latency_s * 1000:g}"]
     if config.tick_s != 0.25:
@@ -361,6 +341,8 @@ def serve_argv(config: ServiceConfig, listen: str) -> list[str]:
         argv += ["--grace", f"{config.grace_s:g}"]
     argv += ["--keep-history", str(float(config.history_max_age_s)) if config.history_max_age_s else "0",
              "--keep-jobs", str(config.history_max_jobs or 0)]
+    if config.public_read:
+        argv.append("--public-read")
     return argv
 
 
@@ -437,7 +419,7 @@ def stop_running(state_dir: Path, *, timeout: float = 15.0) -> ServerInfo | None
     except PermissionError:
         raise DaemonError(f"the service of {state_dir} (pid {pid}) belongs to another user") from None
     deadline = time.monotonic() + timeout
-    while pid_alive(pid):
+    while pid_running(pid):
         if time.monotonic() > deadline:
             raise DaemonError(f"the service (pid {pid}) did not stop within {timeout:g} s")
         time.sleep(0.05)

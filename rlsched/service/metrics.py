@@ -19,6 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                    5.0)
 
+#: Queue wait buckets (seconds): from a job that starts at once to one that waits a day.
+WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0)
+
 
 class ServiceMetrics:
     """The service's metric families (see the module doc)."""
@@ -47,6 +50,8 @@ class ServiceMetrics:
         self.gpu_utilization = Gauge("rlsched_gpu_utilization_percent", "GPU utilisation (%)", ["gpu"], registry=r)
         self.gpu_temperature = Gauge("rlsched_gpu_temperature_celsius", "GPU temperature", ["gpu"], registry=r)
         self.gpu_power = Gauge("rlsched_gpu_power_watts", "GPU power draw", ["gpu"], registry=r)
+        self.job_wait = Histogram("rlsched_job_wait_seconds", "Queue wait of each job, submission to first start",
+                                  buckets=WAIT_BUCKETS, registry=r)
         self.submissions = Counter("rlsched_submissions", "Job submissions by outcome", ["outcome"], registry=r)
         self.loop_errors = Counter("rlsched_loop_errors", "Errors caught in the control loop, by stage", ["stage"],
                                    registry=r)
@@ -68,7 +73,7 @@ class ServiceMetrics:
         return value - last if value >= last else value
 
     def sync_guard(self, guard: Any) -> None:
-        """Mirror a :class:`~rlsched.runtime.guard.FallbackScheduler`'s counters (only the change)."""
+        """Mirror a :class:`~rlsched.runtime.fallback.FallbackScheduler`'s counters (only the change)."""
         for label, attr in (("primary", "primary_decisions"), ("fallback", "fallback_decisions"),
                             ("shadow", "shadow_decisions")):
             d = self._delta(f"dec:{label}", float(getattr(guard, attr, 0)))

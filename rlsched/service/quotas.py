@@ -28,6 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rlsched.cluster.feasibility import profile_for
+from rlsched.cluster.model import PoolSpec, Sharing
+from rlsched.runtime.store import JobRecord
 from rlsched.spec.model import QuotaDecl
 
 DAY_S = 86_400.0
@@ -166,3 +169,38 @@ def blocking(quotas: Iterable[QuotaDecl], holdings: Iterable[Holding], ask: Ask,
         if why is not None:
             return why
     return None
+
+
+# --------------------------------------------------------------------------- job records
+
+
+def ask_of(rec: JobRecord, spec: PoolSpec) -> Ask:
+    """A job's request as a quota of pool ``spec`` sees it."""
+    est = (rec.options or {}).get("estimated_duration_s")
+    est_f = float(est) if est else None
+    if spec.sharing is Sharing.MIG:
+        prof = profile_for(spec.model, rec.num_gpus, rec.gpu_milli)
+        name = prof.name if prof is not None else rec.mig_profile
+        share = prof.fraction if prof is not None else rec.gpu_milli / 1000
+        return Ask(rec.user, spec.name, 0, name, share, est_f)
+    share = rec.gpu_milli / 1000 if rec.num_gpus == 1 and rec.gpu_milli < 1000 else float(rec.num_gpus)
+    return Ask(rec.user, spec.name, rec.num_gpus, None, share, est_f)
+
+
+def holding_of(rec: JobRecord, pools: dict[str, PoolSpec]) -> Holding | None:
+    """What a job with an allocation holds (or held, if finished); None without one."""
+    alloc = rec.allocation
+    if alloc is None:
+        return None
+    spec = pools.get(alloc.pool)
+    profile = None
+    if alloc.slice_start is not None:
+        prof = profile_for(spec.model, rec.num_gpus, rec.gpu_milli) if spec is not None else None
+        profile = prof.name if prof is not None else rec.mig_profile
+        share = prof.fraction if prof is not None else rec.gpu_milli / 1000
+        gpus = 0
+    else:
+        gpus = len(alloc.devices)
+        share = float(gpus)
+    finished = rec.finished_at if rec.state.terminal else None
+    return Holding(rec.user, alloc.pool, gpus, profile, share, rec.started_at, finished)

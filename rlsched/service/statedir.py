@@ -18,12 +18,12 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from pathlib import Path
 
 from rlsched.errors import RlschedError
+from rlsched.posix import try_lock, unlock
 from rlsched.runtime.executor import PRIVATE_DIR_MODE as DIR_MODE
 from rlsched.runtime.executor import PRIVATE_FILE_MODE as FILE_MODE
 from rlsched.runtime.executor import open_private, private_dir, private_file
@@ -72,9 +72,7 @@ class ServiceLock:
             return self
         secure_dir(self.state_dir)
         fd = open_private(self.path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_lock(fd):
             # The holder writes its pid right after taking the lock: give it a moment to do so.
             deadline = time.monotonic() + 2.0
             raw = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
@@ -99,7 +97,7 @@ class ServiceLock:
         try:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            unlock(fd)
         finally:
             os.close(fd)
 
@@ -118,12 +116,10 @@ def holder_pid(state_dir: Path) -> int | None:
     except OSError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_lock(fd, shared=True):
             raw = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
             return int(raw) if raw.isdigit() else None
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        unlock(fd)
         return None
     finally:
         os.close(fd)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlsched.cluster.catalog import resolve_model_name
+from rlsched.cluster.estimate import DurationEstimator
 from rlsched.cluster.feasibility import fits_pool_spec, profile_for, unschedulable_reason
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import (
@@ -317,25 +318,28 @@ def job_of(rec: JobRecord, pools: Mapping[str, PoolSpec] | None = None) -> Job:
 # ---------------------------------------------------------------------- building
 def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobRecord], queued: Iterable[JobRecord],
                now: float, *, health_events: Mapping[str, str] | None = None, local_hostname: str | None = None,
-               hide: Iterable[str] = (), job_cache: dict[str, Job] | None = None) -> LiveView:
+               job_cache: dict[str, Job] | None = None, estimator: DurationEstimator | None = None) -> LiveView:
     """The live :class:`LiveView` (see the module doc).
 
     Args:
         spec: the loaded pool spec.
         inventory: the backend's nodes.
         holding: running and preempted jobs (their allocations are marked held).
-        queued: queued jobs, in submission order (those in ``hide`` are left out of the queue).
+        queued: queued jobs, in submission order.
         now: wall-clock seconds (the state's time; job submit times are wall-clock too).
         health_events: GPU UUID -> reason for GPUs a health event closed (Xid, ECC).
         local_hostname: what ``localhost`` in a pool's nodes means (default ``socket.gethostname()``).
-        hide: queued job ids the policy must not see (held by a quota).
         job_cache: job id -> its :func:`job_of` for these pools, filled as jobs are decoded (the
             caller keeps it while the pools stay the same: a job's request never changes).
+        estimator: the duration estimator the state carries (the service's, learnt from its finished
+            jobs; default a fresh one, which knows only its prior).
     """
     assignment = assign_nodes(spec, inventory, local_hostname)
     specs = _live_specs(spec, inventory, assignment)
     state = ClusterState(list(specs.values()))
     state.time = now
+    if estimator is not None:
+        state.estimator = estimator
     view = LiveView(state=state, pools=specs)
     events = dict(health_events or {})
     for info in inventory:
@@ -391,10 +395,8 @@ def build_view(spec: Spec, inventory: Sequence[NodeInfo], holding: Iterable[JobR
         state.nodes[node.id] = node
     for rec in holding:
         _hold(view, rec, job_cache)
-    hidden = set(hide)
     for rec in queued:
-        if rec.id not in hidden:
-            enqueue_record(view, rec, job_cache)
+        enqueue_record(view, rec, job_cache)
     return view
 
 

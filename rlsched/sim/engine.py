@@ -4,9 +4,12 @@ The engine owns simulated time. It replays job arrivals, completions, elastic
 node provisioning, spot reclaims (sampled lifetimes or availability drops), MIG
 reconfigurations and idle-node stops, and charges every held node its market
 price. Between event batches it hands the :class:`ClusterState` to a scheduler;
-each decision the scheduler yields is checked by :mod:`rlsched.cluster.feasibility`
-and applied before the next is asked for, so a generator-style scheduler always
-sees the effect of its previous decision. Refused decisions are counted.
+each decision the scheduler yields is checked by
+:func:`rlsched.cluster.feasibility.check_decision` and applied before the next is
+asked for, so a generator-style scheduler always sees the effect of its previous
+decision. Refused decisions are counted. The engine publishes what it reads from
+the market (prices, spot availability) in ``ClusterState.quotes`` before anything
+is decided, and legality reads it from there, as it does in the live runtime.
 
 It is pure and deterministic under ``SimConfig.seed``: the same jobs, pools,
 market and seed give the same events. Heuristics run on it directly; the
@@ -28,13 +31,16 @@ import numpy as np
 from rlsched.cluster.checkpoint import DEFAULT_CHECKPOINT_INTERVAL_S, interval_of, kept_after_reclaim
 from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import (
-    check_placement,
+    check_decision,
     fits_pool_spec,
     pack_layout,
-    reconfigure_check,
+    scale_down_room,
+    scale_up_room,
+    stoppable_nodes,
     unschedulable_reason,
 )
 from rlsched.cluster.job import Job, JobKind
+from rlsched.cluster.loop_detector import LoopBreaker
 from rlsched.cluster.model import (
     ClusterState,
     JobRun,
@@ -48,10 +54,9 @@ from rlsched.cluster.model import (
     Slice,
 )
 from rlsched.market.base import Market
-from rlsched.policies.progress import LoopBreaker
 
 if TYPE_CHECKING:
-    from rlsched.policies.base import Scheduler
+    from rlsched.cluster.scheduler import Scheduler
     from rlsched.workload.forecast import DemandForecaster
 from rlsched.sim.metrics import HORIZON_REASON, Report, Timeline, mean_p95
 
@@ -210,15 +215,18 @@ class Engine:
         return t - self.t0
 
     def _refresh_quotes(self) -> None:
-        st = self.state
-        mt = self._mt(self.now)
         for spec in self.pool_specs:
-            st.quotes[spec.name] = MarketQuote(
-                price_per_gpu_hour=self.market.price(spec, mt),
-                ondemand_per_gpu_hour=self.market.ondemand_price(spec, mt),
-                spot_available_nodes=self.market.spot_available(spec, mt) if spec.kind is PoolKind.SPOT else None,
-                reclaim_rate_per_hour=self.market.reclaim_rate_per_hour(spec),
-            )
+            self._refresh_quote(spec)
+
+    def _refresh_quote(self, spec: PoolSpec) -> None:
+        """Publish the market's prices and spot availability for ``spec`` now in ``state.quotes``."""
+        mt = self._mt(self.now)
+        self.state.quotes[spec.name] = MarketQuote(
+            price_per_gpu_hour=self.market.price(spec, mt),
+            ondemand_per_gpu_hour=self.market.ondemand_price(spec, mt),
+            spot_available_nodes=self.market.spot_available(spec, mt) if spec.kind is PoolKind.SPOT else None,
+            reclaim_rate_per_hour=self.market.reclaim_rate_per_hour(spec),
+        )
 
     @property
     def done(self) -> bool:
@@ -586,11 +594,15 @@ class Engine:
                 self._stop(run, graceful=False, reason=reason)
         self._remove_node(node)
         # A pool with a minimum size asks the market for replacements, as a managed
-        # instance group does; availability may refuse them for now.
+        # instance group does; availability may refuse them for now. This happens
+        # between decision points, so the pool's quote is brought up to date first.
         pool = st.pools[node.pool]
         missing = pool.spec.min_nodes - len(pool.nodes)
         if missing > 0:
-            self._scale(pool.name, missing)
+            self._refresh_quote(pool.spec)
+            replace = Scale(pool.name, missing)
+            if check_decision(st, replace) is None:
+                self._scale(replace)
 
     def _schedule_availability(self, spec: PoolSpec, t: float) -> None:
         changes = self.market.availability_changes(spec, self._mt(t), self._mt(t) + _AVAIL_HORIZON_S)
@@ -628,13 +640,11 @@ class Engine:
 
     def _apply(self, d: Decision) -> str | None:
         st = self.state
+        why = check_decision(st, d)
+        if why is not None:
+            return why
         if isinstance(d, Place):
-            run = st.queue.get(d.job_id)
-            if run is None:
-                return f"job {d.job_id} is not queued"
-            why = check_placement(st, run.job, d.placement)
-            if why is not None:
-                return why
+            run = st.queue[d.job_id]
             profile = None
             if d.placement.slice_start is not None:
                 node_id, gi = d.placement.gpus[0]
@@ -643,71 +653,38 @@ class Engine:
                         profile = s.profile.name
             st.allocate(run, d.placement, profile)
             self._start(run, profile)
-            return None
-        if isinstance(d, Preempt):
-            run = st.running.get(d.job_id)
-            if run is None:
-                return f"job {d.job_id} is not running"
-            self._stop(run, graceful=d.checkpoint, reason=d.reason)
-            return None
-        if isinstance(d, Scale):
-            return self._scale(d.pool, d.delta)
-        if isinstance(d, Reconfigure):
-            why = reconfigure_check(st, d.node_id, d.gpu_index, d.layout)
-            if why is not None:
-                return why
+        elif isinstance(d, Preempt):
+            self._stop(st.running[d.job_id], graceful=d.checkpoint, reason=d.reason)
+        elif isinstance(d, Scale):
+            self._scale(d)
+        elif isinstance(d, Reconfigure):
             gpu = st.nodes[d.node_id].gpus[d.gpu_index]
             packed = pack_layout(gpu.model, d.layout)
             assert packed is not None
             gpu.slices = [Slice(gpu, prof, start) for prof, start in packed]
             gpu.busy_until = self.now + self.config.mig_reconfig_s
             self._push(gpu.busy_until, _RECONFIG_DONE, gpu)
-            return None
-        if isinstance(d, WakeAt):
-            if d.time <= self.now:
-                return "wake time is not in the future"
+        elif isinstance(d, WakeAt):
             self._push(d.time, _WAKE, None)
-            return None
-        return f"unknown decision {d!r}"
+        return None
 
-    def _scale(self, pool_name: str, delta: int) -> str | None:
+    def _scale(self, d: Scale) -> None:
+        """Carry out a scale decision :func:`check_decision` accepted, by as many nodes as the pool allows."""
         st = self.state
-        pool = st.pools.get(pool_name)
-        if pool is None:
-            return f"unknown pool {pool_name!r}"
+        pool = st.pools[d.pool]
         spec = pool.spec
-        if not spec.kind.elastic:
-            return f"pool {pool_name} is on-prem and cannot scale"
-        held = len(pool.nodes)
-        if delta > 0:
-            room = spec.max_nodes - held
-            if spec.kind is PoolKind.SPOT:
-                avail = self.market.spot_available(spec, self._mt(self.now))
-                if avail is not None:
-                    room = min(room, avail - held)
-            n = min(delta, room)
-            if n <= 0:
-                return f"pool {pool_name} cannot grow (max {spec.max_nodes}, held {held})"
-            for _ in range(n):
-                node = st.add_node(pool_name, self.now, self.now + spec.provision_delay_s)
+        if d.delta > 0:
+            for _ in range(min(d.delta, scale_up_room(st, pool))):
+                node = st.add_node(d.pool, self.now, self.now + spec.provision_delay_s)
                 self._hold(node, +1)
                 if spec.provision_delay_s <= 0:
                     self._on_node_ready(node)
                     self._push(self.now, _WAKE, None)  # new capacity now: a decision point
                 else:
                     self._push(node.ready_at, _NODE_READY, node)
-            return None
-        if delta < 0:
-            want = min(-delta, held - spec.min_nodes)
-            victims = [n for n in pool.nodes.values() if n.status is NodeStatus.PROVISIONING]
-            victims += [n for n in pool.nodes.values() if n.ready and not n.jobs]
-            victims = victims[:want]
-            if not victims:
-                return f"pool {pool_name} has no idle node to stop"
-            for node in victims:
-                self._remove_node(node)
-            return None
-        return "scale by 0"
+            return
+        for node in stoppable_nodes(pool)[: min(-d.delta, scale_down_room(pool))]:
+            self._remove_node(node)
 
     # ------------------------------------------------------------------ running
     def run(
@@ -718,7 +695,7 @@ class Engine:
     ) -> Report:
         """Replay the whole workload under ``scheduler`` and report.
 
-        Each decision point goes through a :class:`~rlsched.policies.progress.LoopBreaker`:
+        Each decision point goes through a :class:`~rlsched.cluster.loop_detector.LoopBreaker`:
         a scheduler caught in a decision loop without progress (scale up/down alternation,
         MIG re-split churn, many decisions with nothing placed while a job fits) has the rest
         of that decision point decided by the fallback heuristic, counted in

@@ -55,7 +55,7 @@ class Report:
     refused_decisions: int
     wall_s: float
     #: decision points handed to the fallback heuristic because the scheduler was looping
-    #: without progress (:mod:`rlsched.policies.progress`)
+    #: without progress (:mod:`rlsched.cluster.loop_detector`)
     loop_handovers: int = 0
     sim_events: int = 0
     unschedulable_reasons: dict[str, int] = field(default_factory=dict)

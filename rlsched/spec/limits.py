@@ -5,8 +5,8 @@ the live service, so no input may make evaluation hang, exhaust memory or crash 
 interpreter. Every bound here fails with a located diagnostic, and all of them
 together keep one load of a spec to a few seconds and a few hundred MiB at most:
 
-* **source**: :data:`MAX_SOURCE_BYTES` per file and twice that per load (parsing is the
-  slowest step: about 1.6 s of CPU per 256 KiB with python-hcl2's Lark parser) and
+* **source**: :data:`MAX_SOURCE_BYTES` per file and twice that per load (parsing with
+  python-hcl2's Lark parser is the slowest step, so the source size bounds it) and
   :data:`MAX_NESTING` brackets, template sequences and heredocs deep,
   checked by :func:`source_problem` before the parser (and its recursion) sees the text;
 * **values**: strings of :data:`MAX_STRING` characters, collections of

@@ -35,6 +35,7 @@ from rlsched.spec.model import (
     Spec,
     SpecError,
     SpotMarketDecl,
+    TwinDecl,
 )
 from rlsched.spec.syntax import parse_text
 from rlsched.spec.values import UNKNOWN, BlockRef, SetValue, has_unknown, plain, render, type_name
@@ -98,7 +99,7 @@ def duration_seconds(text: str) -> float | None:
 
 def heuristics() -> dict[str, str]:
     """Heuristic scheduler names (``rlsched.policies``), imported lazily: no torch."""
-    from rlsched.policies.base import available
+    from rlsched.policies.registry import available
 
     return available()
 
@@ -764,8 +765,8 @@ class _Loader:
         return decl
 
     def policy(self, blk: _Block, name: str) -> PolicyDecl | None:
-        vals = blk.attrs(("scheduler", "model", "checkpoint", "fallback", "weights"), ("scheduler",))
-        nested = blk.blocks(("health",))
+        vals = blk.attrs(("scheduler", "model", "checkpoint", "fallback", "weights", "adapt"), ("scheduler",))
+        nested = blk.blocks(("health", "twin"))
         known = heuristics()
         scheduler = blk.field(vals, "scheduler", _string, "")
         if scheduler:
@@ -799,9 +800,13 @@ class _Loader:
         if scheduler == "rl" and not model:
             blk.fail(error("Missing required argument", 'scheduler = "rl" needs model = "<path or URI of the '
                            'trained policy>".', blk.block.rng))
+        adapt = blk.field(vals, "adapt", _enum("off", "recommend", "switch"), "off")
+        twin = _twin(blk, nested["twin"]) if "twin" in nested else None
+        if adapt != "off" and twin is None:
+            twin = TwinDecl()
         if not blk.ok:
             return None
-        return PolicyDecl(name, scheduler, model, fallback, weights, health, blk.block.rng)
+        return PolicyDecl(name, scheduler, model, fallback, weights, health, blk.block.rng, adapt, twin)
 
     # -- cross-checks ------------------------------------------------------------------
     def cross_check(self, pools: dict[str, PoolDecl], attrs: dict[str, dict[str, tuple[Any, A.Attribute]]],
@@ -872,6 +877,23 @@ class _Loader:
                     self.diags.append(error("Invalid quota", f'"{prof}" is not a MIG profile of {model.name} '
                                             f"(pool.{q.pool})." + did_you_mean(prof, [p.name for p in
                                                                                      model.mig_profiles]), qrng))
+
+
+def _twin(blk: _Block, block: A.Block) -> TwinDecl:
+    """``twin { every, days, margin, candidates }`` of a policy block (:class:`TwinDecl`)."""
+    tb = blk.sub(block)
+    tv = tb.attrs(("every", "days", "margin", "candidates"))
+    tb.blocks(())
+    d = TwinDecl()
+    every = tb.field(tv, "every", _duration, d.every_s)
+    if "every" in tv and every < 60:
+        tb.fail(error("Invalid value", f"every: the twin replays at most once a minute, not every {every:g} s.",
+                      tv["every"][1].expr.rng))
+    twin = TwinDecl(every, tb.field(tv, "days", _number(0.01, 366), d.days),
+                    tb.field(tv, "margin", _number(0, 1), d.margin),
+                    tb.field(tv, "candidates", _string_list, ()))
+    blk.ok = blk.ok and tb.ok
+    return twin
 
 
 def _not_supported(blk: _Block, name: str, used: bool, why: str) -> None:

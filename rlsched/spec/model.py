@@ -159,11 +159,33 @@ class HealthDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class TwinDecl:
+    """``twin { every, days, margin, candidates }`` in a policy block: the service's digital twin.
+
+    Attributes:
+        every_s: how often the service replays its history on the simulator (seconds).
+        days: how many days of history each replay covers.
+        margin: how much better (mean JCT, as a fraction) a policy must do than the served one, on two
+            consecutive replays, before ``adapt = "switch"`` serves it.
+        candidates: learned models (paths or ``models:/`` URIs) replayed beside the heuristics; one is only
+            ever switched to when its promotion gate (``family_gate``) passed.
+    """
+
+    every_s: float = 6 * 3600.0
+    days: float = 7.0
+    margin: float = 0.05
+    candidates: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyDecl:
-    """``policy "NAME" { scheduler, model, fallback, weights, health {} }``.
+    """``policy "NAME" { scheduler, model, fallback, weights, adapt, health {}, twin {} }``.
 
     ``scheduler`` is ``rl`` or a heuristic name (``weighted-priority``...; the
     underscore spelling ``weighted_priority`` is accepted); ``fallback`` must be a heuristic.
+    ``adapt`` is what the service does with its digital twin's findings: ``off`` (the twin only
+    runs with a ``twin`` block, and only publishes metrics), ``recommend`` (audit the better policy)
+    or ``switch`` (serve it, with hysteresis; see :class:`TwinDecl`).
     """
 
     name: str
@@ -173,6 +195,8 @@ class PolicyDecl:
     weights: dict[str, float] = field(default_factory=dict)
     health: HealthDecl = field(default_factory=HealthDecl)
     range: SourceRange | None = None
+    adapt: Literal["off", "recommend", "switch"] = "off"
+    twin: TwinDecl | None = None
 
 
 @dataclass(frozen=True, slots=True)

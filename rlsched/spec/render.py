@@ -15,7 +15,6 @@ The source line is read back from the file; a diagnostic without a range (a bad
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -94,7 +93,3 @@ def render_json(diags: Sequence[Diagnostic]) -> dict[str, Any]:
         "warning_count": sum(1 for d in diags if d.severity == "warning"),
         "diagnostics": [d.to_json() for d in diags],
     }
-
-
-def dumps_json(diags: Sequence[Diagnostic]) -> str:
-    return json.dumps(render_json(diags), indent=2)

@@ -20,6 +20,9 @@ An experiment names what to train on and how (keys not listed are errors with a
     ppo: {learning_rate: 3e-4, n_steps: 512, batch_size: 256, n_epochs: 4, gamma: 0.999, ...}
     network: {hidden: 64}
     window: 16                          # job slots K of the codec
+    nominators: [fifo, weighted-priority, sjf, fair-share]  # optional: slots hold what each would run next
+    preempt_slots: 0                    # optional: running slots R the policy may preempt (0: no preempt actions)
+    extra_globals: [estimate_log_error] # optional global features (rlsched.envs.codec.OPTIONAL_GLOBALS)
     max_pools: 4
     n_envs: 2
     vec_env: subproc                    # subproc | dummy
@@ -32,11 +35,19 @@ An experiment names what to train on and how (keys not listed are errors with a
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
     forecast: {model: smoothed-seasonal, horizon_s: 3600}   # demand forecaster (model: none = off)
     deadline_guard: {margin_frac: 0.25} # optional: urgent deadline jobs go to safe capacity first
-                                        # (training and serving alike; see rlsched.policies.deadline_guard)
+                                        # (training and serving alike; see rlsched.policies.rules.deadline_guard)
     consolidate: {min_hold_s: 900}      # optional: empty and release lightly used elastic nodes
-                                        # (training and serving alike; see rlsched.policies.consolidate)
+                                        # (training and serving alike; see rlsched.policies.rules.consolidate)
     preempt_long: {factor: 10}          # optional: suspend far longer jobs for blocked short ones
-                                        # (training and serving alike; see rlsched.policies.preempt_long)
+                                        # (training and serving alike; see rlsched.policies.rules.preempt_long)
+    mig_resplit: {max_per_pass: 4}      # optional: re-split idle MIG GPUs for blocked jobs as a rule; the
+                                        # policy's own re-split actions are masked (rlsched.policies.rules.mig_resplit)
+    trace_families:                     # optional: a cluster's own exported history (rlsched trace export)
+      - path: ../exports/jobs.csv       # canonical trace; added to scenarios (mixed with the generator's)
+        fleet: 2x8xH100-80GB            # the pools it ran on (a --cluster string)
+        eval_fraction: 0.25             # its last quarter (by submission) is evaluation only: later days
+    init_from: models:/rlsched-ppo@champion  # optional warm start: a registered version or a model folder
+                                        # (its codec signature must match this experiment's; no cloning)
     output: ../models/default           # model folder written at the end
 
 Relative paths are relative to the experiment file.
@@ -48,7 +59,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rlsched.errors import RlschedError
+from rlsched.errors import RlschedError, name_hint
 from rlsched.yamlfile import check_keys, load_mapping
 
 
@@ -98,6 +109,11 @@ class BcParams:
     #: class balance of the imitation loss: each action kind weighted by (1 / its frequency) ** balance
     #: (1 = full balance, 0.5 = square root, 0 = plain cross-entropy)
     balance: float = 1.0
+    #: best-follow: episodes per training world and jobs per episode (0: the experiment's episode_jobs)
+    #: of the replays that pick each world's teacher. Short episodes never build the deep backlogs where
+    #: orderings differ, so every teacher ties and the first nominator wins by default
+    select_episodes: int = 3
+    select_jobs: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,7 +128,7 @@ class ForecastParams:
     """The demand forecaster fitted on the training windows (see :mod:`rlsched.workload.forecast`).
 
     ``model``: ``smoothed-seasonal`` (default), ``seasonal-naive`` or ``none`` (no
-    forecaster: the observation's demand signal is the recent arrival rate, as before).
+    forecaster: the observation's demand signal is the recent arrival rate).
     ``horizon_s``: forecast horizon; ``eval_step_s``: spacing of the forecast origins
     when its error is scored on the evaluation windows. The other keys are
     constructor arguments of :class:`~rlsched.workload.forecast.SmoothedSeasonal`
@@ -144,8 +160,8 @@ class ForecastParams:
 
 
 @dataclass(frozen=True)
-class GuardParams:
-    """The deadline guard trained and served with the policy (:mod:`rlsched.policies.deadline_guard`).
+class DeadlineGuardParams:
+    """The deadline guard trained and served with the policy (:mod:`rlsched.policies.rules.deadline_guard`).
 
     Absent from an experiment: no guard. Present: the guard runs at every decision
     point of every training episode, teacher rollout and evaluation, before the policy
@@ -160,13 +176,13 @@ class GuardParams:
     preempt: bool = False
 
     def params(self) -> dict[str, Any]:
-        """Constructor arguments of :class:`~rlsched.policies.deadline_guard.DeadlineGuard`."""
+        """Constructor arguments of :class:`~rlsched.policies.rules.deadline_guard.DeadlineGuard`."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
 class ConsolidateParams:
-    """Node consolidation trained and served with the policy (:mod:`rlsched.policies.consolidate`).
+    """Node consolidation trained and served with the policy (:mod:`rlsched.policies.rules.consolidate`).
 
     Absent: none. Present: it runs like the deadline guard (after it) at every decision
     point of training, teacher rollouts, evaluation and serving (``consolidate.json``).
@@ -177,13 +193,13 @@ class ConsolidateParams:
     restart_overhead_s: float = 60.0
 
     def params(self) -> dict[str, Any]:
-        """Constructor arguments of :class:`~rlsched.policies.consolidate.Consolidator`."""
+        """Constructor arguments of :class:`~rlsched.policies.rules.consolidate.Consolidator`."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
 class PreemptLongParams:
-    """Long-job preemption trained and served with the policy (:mod:`rlsched.policies.preempt_long`).
+    """Long-job preemption trained and served with the policy (:mod:`rlsched.policies.rules.preempt_long`).
 
     Absent: none. Present: it runs after the other rules at every decision point of
     training, teacher rollouts, evaluation and serving (``preempt_long.json``).
@@ -195,7 +211,24 @@ class PreemptLongParams:
     restart_overhead_s: float = 60.0
 
     def params(self) -> dict[str, Any]:
-        """Constructor arguments of :class:`~rlsched.policies.preempt_long.LongJobPreemption`."""
+        """Constructor arguments of :class:`~rlsched.policies.rules.preempt_long.LongJobPreemption`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class MigResplitParams:
+    """MIG re-splitting as a rule (:mod:`rlsched.policies.rules.mig_resplit`).
+
+    Absent: the policy re-splits through its own actions. Present: the rule re-splits idle MIG
+    GPUs for blocked jobs at every decision point of training, teacher rollouts, evaluation and
+    serving (``mig_resplit.json``), and the policy's re-split actions are masked - it only places.
+    """
+
+    max_per_pass: int = 4
+    scan: int = 256
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of :class:`~rlsched.policies.rules.mig_resplit.MigResplit`."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -212,7 +245,8 @@ class GateParams:
     """
 
     families: tuple[str, ...] = ("generated",)
-    windows: int = 3
+    #: per family: fewer let a family whose windows spread widely pass by luck
+    windows: int = 6
     max_jobs: int = 1000
 
 
@@ -231,15 +265,19 @@ class GeneratedParams:
     jobs: int = 400
     seed: int = 0
     exclude: tuple[str, ...] = ()
+    #: largest fleet drawn (nodes): a few hundred jobs only queue on small fleets
+    max_nodes: int = 128
 
 
 #: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
 #: schema. Kept here rather than derived from RULES so that reading an experiment does not import
 #: the policies; a test checks that both name the same rules in the same order.
-RULE_PARAMS: dict[str, type[GuardParams] | type[ConsolidateParams] | type[PreemptLongParams]] = {
-    "deadline_guard": GuardParams,
+RULE_PARAMS: dict[str, type[DeadlineGuardParams] | type[ConsolidateParams] | type[PreemptLongParams]
+                  | type[MigResplitParams]] = {
+    "deadline_guard": DeadlineGuardParams,
     "consolidate": ConsolidateParams,
     "preempt_long": PreemptLongParams,
+    "mig_resplit": MigResplitParams,
 }
 
 
@@ -260,6 +298,12 @@ class Experiment:
     network: dict[str, int] = field(default_factory=lambda: {"hidden": 64})
     window: int = 16
     max_pools: int = 4
+    #: heuristics whose next jobs fill the job slots (rlsched.envs.nominate); empty: head + shortest
+    nominators: tuple[str, ...] = ()
+    #: running slots R of the codec: the policy may preempt the job in each (0: no preempt actions)
+    preempt_slots: int = 0
+    #: optional global features of the codec (rlsched.envs.codec.OPTIONAL_GLOBALS); empty: none
+    extra_globals: tuple[str, ...] = ()
     n_envs: int = 2
     vec_env: str = "subproc"
     total_steps: int = 100_000
@@ -269,13 +313,20 @@ class Experiment:
     checkpoint_every_steps: int = 25_000
     mlflow: MlflowParams = field(default_factory=MlflowParams)
     forecast: ForecastParams = field(default_factory=ForecastParams)
-    deadline_guard: GuardParams | None = None
+    deadline_guard: DeadlineGuardParams | None = None
     consolidate: ConsolidateParams | None = None
     preempt_long: PreemptLongParams | None = None
+    mig_resplit: MigResplitParams | None = None
     gate: GateParams | None = field(default_factory=GateParams)
     generated: GeneratedParams | None = None
+    #: warm start: the weights of this model folder or ``models:/`` version (see rlsched.train.warm_start)
+    init_from: str = ""
     output: str = ""
     source: str = ""
+    #: the Ray cluster (``auto`` or ``HOST:PORT``) the rollout environments and the gate's replays run on;
+    #: empty: this machine. Set by ``rlsched train --ray``, not a YAML key, and not an MLflow param (the run
+    #: is tagged with it instead): where a run executes is not part of the experiment.
+    ray: str = ""
 
     def rule_params(self) -> dict[str, dict[str, Any]]:
         """The rules the policy is trained and served behind: ``{rule name: constructor arguments}``."""
@@ -300,6 +351,7 @@ class Experiment:
                 out[prefix[:-1]] = v
 
         walk("", self)
+        out.pop("ray", None)
         return out
 
 
@@ -445,12 +497,15 @@ def _generated(d: Any) -> GeneratedParams | None:
     if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
         raise ExperimentError(f"generated.exclude: a list of generator family names, got {exclude!r}")
     g = GeneratedParams(int(d.get("count", 32)), int(d.get("jobs", 400)), int(d.get("seed", 0)),
-                        tuple(str(x) for x in exclude))
+                        tuple(str(x) for x in exclude), int(d.get("max_nodes", 128)))
     from rlsched.workload.generator import FAMILIES
 
     unknown = [x for x in g.exclude if x not in FAMILIES]
     if unknown:
         raise ExperimentError(f"generated.exclude: unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    if g.max_nodes < (8 if "tiny-fleet" in g.exclude else 4):
+        raise ExperimentError(f"generated.max_nodes: at least {8 if 'tiny-fleet' in g.exclude else 4} "
+                              f"(the smallest fleet a draw can have), got {g.max_nodes}")
     if g.count < 1 or g.jobs < 2 or g.seed < 0 or g.seed + g.count > 1000:
         raise ExperimentError(f"generated: count >= 1, jobs >= 2 and seed + count <= 1000 (evaluation seeds start "
                               f"at 1000), got count {g.count}, jobs {g.jobs}, seed {g.seed}")
@@ -468,13 +523,124 @@ def load_experiment(path: str | Path) -> Experiment:
         raise ExperimentError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
 
 
+def _extra_globals(v: Any) -> tuple[str, ...]:
+    """``extra_globals:``: a list of names from the codec's optional global features (absent: none)."""
+    from rlsched.envs.codec import OPTIONAL_GLOBALS
+
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ExperimentError(f"extra_globals must be a list of names, got {v!r}")
+    for x in v:
+        if x not in OPTIONAL_GLOBALS:
+            raise ExperimentError(f"extra_globals: unknown feature {x!r}{name_hint(x, OPTIONAL_GLOBALS)}; "
+                                  f"known: {', '.join(OPTIONAL_GLOBALS)}")
+    return tuple(v)
+
+
+def _preempt_slots(v: Any) -> int:
+    """``preempt_slots:``: an integer >= 0 (absent: 0, the codec without preempt actions)."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ExperimentError(f"preempt_slots must be an integer >= 0, got {v!r}")
+    return v
+
+
+def _nominators(v: Any, window: int) -> tuple[str, ...]:
+    """``nominators:``: a list of heuristic names (see :mod:`rlsched.envs.nominate`)."""
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(n, str) for n in v):
+        raise ExperimentError(f"nominators must be a list of heuristic names, got {v!r}")
+    from rlsched.envs.nominate import Nomination, NominationError
+
+    try:
+        Nomination(v, max(window, 1))
+    except NominationError as exc:
+        raise ExperimentError(str(exc)) from None
+    return tuple(v)
+
+
+def _trace_family(where: str, d: Any, base: Path) -> ScenarioEntry:
+    """One ``trace_families`` entry as a training scenario whose last ``eval_fraction`` (by submission) is its
+    evaluation window: the policy trains on the cluster's earlier days and is judged on its later ones."""
+    if not isinstance(d, dict):
+        raise ExperimentError(f"{where}: expected a mapping with path and fleet")
+    _keys(where, d, {"path", "fleet", "name", "eval_fraction"})
+    for req in ("path", "fleet"):
+        if not d.get(req):
+            raise ExperimentError(f"{where}: missing {req!r}")
+    p = Path(str(d["path"]))
+    p = p if p.is_absolute() else base / p
+    frac = d.get("eval_fraction", 0.25)
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac < 1:
+        raise ExperimentError(f"{where}.eval_fraction: a number in (0, 1), got {frac!r}")
+    from rlsched.cluster import parse_cluster
+    from rlsched.errors import TraceError
+    from rlsched.workload import read_canonical
+
+    try:
+        parse_cluster(str(d["fleet"]))
+        jobs = read_canonical(p).jobs
+    except (TraceError, ValueError, RlschedError) as exc:
+        raise ExperimentError(f"{where}: {exc}") from None
+    submits = sorted(j.submit_time for j in jobs)
+    cut = min(max(int(len(submits) * (1 - float(frac))), 2), len(submits) - 1)
+    split_h = (submits[cut] - submits[0]) / 3600.0
+    end_h = (submits[-1] - submits[0] + 1.0) / 3600.0
+    if len(submits) < 4 or split_h <= 0 or split_h >= end_h:
+        raise ExperimentError(f"{where}: {p} has {len(submits)} jobs; a time split needs at least 4 submitted "
+                              f"at different times")
+    name = str(d.get("name") or p.stem)
+    return ScenarioEntry(name=name, scenario={"name": name, "cluster": str(d["fleet"]), "workload": [{"path": str(p)}]},
+                         train_window_h=(0.0, split_h), eval_windows_h=((split_h, end_h),))
+
+
+def _init_from(v: Any, base: Path) -> str:
+    """``init_from:`` a ``models:/`` URI as it is, or a model folder (relative to the experiment file)."""
+    if v is None or v == "":
+        return ""
+    if not isinstance(v, str):
+        raise ExperimentError(f"init_from: a model folder or models:/ URI, got {v!r}")
+    if v.startswith("models:/"):
+        return v
+    p = Path(v) if Path(v).is_absolute() else base / v
+    if not p.is_dir():
+        raise ExperimentError(f"init_from: {p}: model folder not found")
+    return str(p)
+
+
+def _check_bc(exp: Experiment, path: Path) -> None:
+    """The ``bc:`` block's values, checked against each other and the nominators."""
+    from rlsched.train.teacher import TEACHERS, is_teacher
+
+    if not is_teacher(exp.bc.teacher, exp.nominators):
+        follow = ", follow:NAME for a nominator NAME" if exp.nominators else ""
+        needs = " (best-follow and follow:NAME need nominators:)" if not exp.nominators else ""
+        raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}{follow}, "
+                              f"got {exp.bc.teacher!r}{needs}")
+    if exp.bc.keep < 0 or exp.bc.keep_batches < 1:
+        raise ExperimentError(f"{path}: bc.keep must be >= 0 and bc.keep_batches >= 1")
+    if not 0.0 <= exp.bc.balance <= 1.0:
+        raise ExperimentError(f"{path}: bc.balance must be in [0, 1], got {exp.bc.balance}")
+    if exp.bc.select_episodes < 1 or exp.bc.select_jobs < 0:
+        raise ExperimentError(f"{path}: bc.select_episodes must be >= 1 and bc.select_jobs >= 0, got "
+                              f"{exp.bc.select_episodes} and {exp.bc.select_jobs}")
+    if exp.bc.keep > 0 and exp.bc.steps <= 0:
+        raise ExperimentError(f"{path}: bc.keep needs bc.steps > 0 (the teacher's samples it imitates)")
+
+
 def _parse(data: dict[str, Any], path: Path) -> Experiment:
-    known = _names(Experiment) - {"source"}
+    known = (_names(Experiment) - {"source", "ray"}) | {"trace_families"}
     _keys("experiment", data, known)
     base = path.parent
-    if not data.get("scenarios"):
+    traced = tuple(_trace_family(f"trace_families[{i}]", d, base)
+                   for i, d in enumerate(data.get("trace_families") or ()))
+    if not data.get("scenarios") and not traced:
         raise ExperimentError("experiment: 'scenarios' must list at least one training scenario")
-    scen = tuple(_scenario_entry(f"scenarios[{i}]", d, base, holdout=False) for i, d in enumerate(data["scenarios"]))
+    scen = tuple(_scenario_entry(f"scenarios[{i}]", d, base, holdout=False)
+                 for i, d in enumerate(data.get("scenarios") or ())) + traced
     hold = tuple(
         _scenario_entry(f"holdout[{i}]", d, base, holdout=True) for i, d in enumerate(data.get("holdout") or ())
     )
@@ -501,25 +667,19 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         holdout=hold, episode_jobs=int(data.get("episode_jobs", 400)),
         eval_max_jobs=int(data.get("eval_max_jobs", 2000)),
         reward={k: float(v) for k, v in reward.items()}, ppo=ppo, network={k: int(v) for k, v in network.items()},
-        window=int(data.get("window", 16)), max_pools=int(data.get("max_pools", 4)), n_envs=int(data.get("n_envs", 2)),
+        window=int(data.get("window", 16)), max_pools=int(data.get("max_pools", 4)),
+        nominators=_nominators(data.get("nominators"), int(data.get("window", 16))), n_envs=int(data.get("n_envs", 2)),
+        preempt_slots=_preempt_slots(data.get("preempt_slots")),
+        extra_globals=_extra_globals(data.get("extra_globals")),
         vec_env=vec, total_steps=int(data.get("total_steps", 100_000)), seed=int(data.get("seed", 0)),
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
         gate=_gate(data.get("gate")), generated=_generated(data.get("generated")),
-        output=out, source=str(path),
+        init_from=_init_from(data.get("init_from"), base), output=out, source=str(path),
     )
-    from rlsched.train.teacher import TEACHERS
-
-    if exp.bc.teacher not in TEACHERS:
-        raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}, got {exp.bc.teacher!r}")
-    if exp.bc.keep < 0 or exp.bc.keep_batches < 1:
-        raise ExperimentError(f"{path}: bc.keep must be >= 0 and bc.keep_batches >= 1")
-    if not 0.0 <= exp.bc.balance <= 1.0:
-        raise ExperimentError(f"{path}: bc.balance must be in [0, 1], got {exp.bc.balance}")
-    if exp.bc.keep > 0 and exp.bc.steps <= 0:
-        raise ExperimentError(f"{path}: bc.keep needs bc.steps > 0 (the teacher's samples it imitates)")
+    _check_bc(exp, path)
     for name, v in (("episode_jobs", exp.episode_jobs), ("n_envs", exp.n_envs), ("total_steps", exp.total_steps),
                     ("window", exp.window), ("max_pools", exp.max_pools), ("eval_max_jobs", exp.eval_max_jobs)):
         if v < 1:

@@ -84,6 +84,12 @@ def evaluate(
                 progress(f"{world.label}: {ORACLE_BOUND}")
             row[ORACLE_BOUND] = run_world(world, make_policy("sjf"), oracle_durations=True).result()
         per_world[world.label] = row
+    return summarise_worlds(per_world)
+
+
+def summarise_worlds(per_world: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """:func:`evaluate`'s result from its per-world rows ``{label: {policy: result}}`` (also for rows
+    replayed elsewhere, e.g. as Ray tasks)."""
     policies = list(next(iter(per_world.values())).keys()) if per_world else []
     summary = {
         p: {m: statistics.fmean(per_world[w][p][m] for w in per_world) for m in SUMMARY_METRICS}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rlsched.errors import RlschedError
+from rlsched.errors import RlschedError, name_hint
 from rlsched.train.worlds import World
 
 
@@ -138,7 +138,7 @@ class TraceFamily:
         return [self._world(label, a, b, jobs) for label, a, b, jobs in cuts]
 
     def _world(self, label: str, a: float, b: float, jobs: list[Any]) -> World:
-        from rlsched.cluster.spec import parse_cluster
+        from rlsched.cluster.shorthand import parse_cluster
         from rlsched.market import default_market
         from rlsched.scenario import Scenario, apply_workload_options
         from rlsched.sim.engine import SimConfig
@@ -185,7 +185,7 @@ class GeneratorFamily:
         ``avoid`` is accepted for symmetry with :meth:`TraceFamily.windows` and unused: a
         generated family has no hours a model could have seen.
         """
-        from rlsched.cluster.spec import parse_cluster
+        from rlsched.cluster.shorthand import parse_cluster
         from rlsched.market import default_market
         from rlsched.scenario import Scenario
         from rlsched.sim.engine import SimConfig
@@ -207,7 +207,164 @@ class GeneratorFamily:
         return worlds
 
 
-Family = TraceFamily | GeneratorFamily
+#: Markets spot families replay on besides generated ones: real price histories (see
+#: ``benchmarks/cost_report.py``'s periods). ``prices`` is ``default`` (the bundled market)
+#: or a canonical CSV relative to the repository; ``preemption`` the lifetime source.
+@dataclass(frozen=True)
+class RealMarket:
+    """A real spot market at one point of its history."""
+
+    description: str
+    gpu: str
+    prices: str = "default"
+    preemption: str = "advisor"
+    offset_s: float = 0.0
+
+    def build(self, pools: list[Any]) -> Any:
+        """The market for ``pools`` (checked against them)."""
+        from rlsched.scenario import build_market
+
+        spec: dict[str, Any] = {"offset_s": self.offset_s, "preemption": self.preemption}
+        if self.prices != "default":
+            spec["prices"] = str(_REPO / self.prices)
+        return build_market(spec, pools)
+
+
+_REPO = Path(__file__).resolve().parents[2]
+
+REAL_MARKETS: dict[str, RealMarket] = {
+    "real-gcp-h100-2025-03": RealMarket("GCP us-central1 H100, March 2025 (spot ~23% of on-demand), "
+                                        "Spot Advisor reclaims", "H100-80GB", offset_s=24_700_000.0),
+    "real-aws-v100-2020": RealMarket("AWS us-east-1 p3 V100 spot, Dec 2019 (~30% of list), observed 2020 "
+                                     "lifetimes (reclaims every few hours)", "V100-16GB", preemption="observed"),
+    "real-gcp-h100-us-east1": RealMarket("GCP us-east1 H100 from June 2024", "H100-80GB",
+                                         prices="envs/markets/gcp-us-east1-2024-06.csv"),
+    "real-gcp-a100-us-central1": RealMarket("GCP us-central1 A100-80GB from June 2024 (spot ~40% of on-demand)",
+                                            "A100-80GB"),
+}
+
+
+@dataclass(frozen=True)
+class SpotFamily:
+    """Windows of a workload on a hybrid spot + on-demand fleet under one market family.
+
+    Every job is preemptible (allowed on spot) with ``deadline = submit + deadline_factor
+    x duration + deadline_slack_s``, and arrivals are rescaled to ``load`` of the fleet's
+    maximum GPUs, as ``benchmarks/cost_report.py`` sets them. The fleet is elastic: one
+    spot pool of ``spot_nodes`` per market region plus an on-demand pool
+    (:func:`~rlsched.market.generator.spot_cluster`).
+
+    Attributes:
+        workload: ``gen:NAME`` (a :data:`~rlsched.workload.generator.FAMILIES` family,
+            one draw per window seed) or the name of a trace family (its windows).
+        market: a :data:`~rlsched.market.generator.MARKET_FAMILIES` name (one draw per
+            window seed) or a :data:`REAL_MARKETS` name.
+        gpu: the fleet's GPU model (a real market fixes its own).
+    """
+
+    name: str
+    description: str
+    workload: str
+    market: str
+    gpu: str = "H100-80GB"
+    spot_nodes: int = 8
+    ondemand_nodes: int = 8
+    load: float = 0.4
+    deadline_factor: float = 3.0
+    deadline_slack_s: float = 3600.0
+    kind: str = "spot"
+
+    def available(self) -> bool:
+        return self.workload.startswith("gen:") or _trace_family(self.workload).available()
+
+    def cluster(self) -> str:
+        from rlsched.market.generator import MarketSpec, market_family, spot_cluster
+
+        spec = market_family(self.market) if self.market not in REAL_MARKETS else MarketSpec("real")
+        return spot_cluster(spec, self.gpu, self.spot_nodes, self.ondemand_nodes)
+
+    def windows(self, count: int, max_jobs: int | None = None, avoid: Sequence[tuple[float, float]] = (),
+                seed0: int = 1000) -> list[World]:
+        """``count`` windows: workload and market drawn with seeds ``seed0 ..`` (evaluation seeds).
+
+        ``avoid`` (hours of the workload's trace a model saw) is passed to a trace workload.
+        """
+        from rlsched.cluster.shorthand import parse_cluster
+        from rlsched.scenario import Scenario, apply_workload_options
+        from rlsched.sim.engine import SimConfig
+
+        pools = parse_cluster(self.cluster())
+        if self.workload.startswith("gen:"):
+            from rlsched.workload.generator import family, generate, with_overrides
+
+            spec = family(self.workload[4:])
+            if max_jobs:
+                spec = with_overrides(spec, jobs=min(spec.jobs, max_jobs),
+                                      backlog_jobs=min(spec.backlog_jobs, max_jobs // 5))
+            cuts = [(f"seed{s}", s, generate(spec, s).jobs) for s in range(seed0, seed0 + count)]
+        else:
+            base = _trace_family(self.workload).windows(count, max_jobs, avoid=avoid)
+            cuts = [(w.label.split("/", 1)[-1], seed0 + i, w.scenario.jobs) for i, w in enumerate(base)]
+        worlds = []
+        for label, seed, raw in cuts:
+            jobs = apply_workload_options(raw, pools, load_factor=self.load, preemptible="all",
+                                          deadline_factor=self.deadline_factor,
+                                          deadline_slack_s=self.deadline_slack_s)
+            market = self.market_for(pools, seed)
+            sc = Scenario(name=f"{self.name}[{label}]", pools=pools, jobs=jobs, market=market,
+                          sim=SimConfig(seed=seed), source=f"{self.workload}|{self.market}|{label}")
+            worlds.append(World(f"{self.name}/{label}", sc, self.name, 0.0, 0.0, self.load))
+        return worlds
+
+    def market_for(self, pools: list[Any], seed: int) -> Any:
+        """The window's market: a real one, or the market family's draw for ``seed``."""
+        if self.market in REAL_MARKETS:
+            return REAL_MARKETS[self.market].build(pools)
+        from rlsched.market.generator import generate_market, market_family
+
+        market = generate_market(market_family(self.market), seed, gpu_model=self.gpu,
+                                 spot_nodes=self.spot_nodes).market()
+        market.check_pools(pools)
+        return market
+
+
+def _spot_families() -> list[SpotFamily]:
+    real = REAL_MARKETS
+    return [
+        SpotFamily("spot-cheap-stable", "generated steady workload, A100-80GB, mkt-cheap-stable", "gen:steady",
+                   "mkt-cheap-stable", "A100-80GB"),
+        SpotFamily("spot-expensive", "generated heavy-tail workload, H100, mkt-expensive", "gen:heavy-tail",
+                   "mkt-expensive"),
+        SpotFamily("spot-correlated-outages", "generated bursty workload, H100, mkt-correlated-outages",
+                   "gen:bursty", "mkt-correlated-outages"),
+        SpotFamily("spot-long-outages", "Alibaba openb pods, A100-80GB, mkt-long-outages", "openb",
+                   "mkt-long-outages", "A100-80GB"),
+        SpotFamily("spot-regional", "generated steady workload, H100, mkt-regional (3 spot pools of 4 nodes)",
+                   "gen:steady", "mkt-regional", spot_nodes=4),
+        SpotFamily("spot-volatile", "Philly (Dec 2017), V100, mkt-volatile", "philly-late", "mkt-volatile",
+                   "V100-16GB"),
+        SpotFamily("spot-real-gcp-h100-2025-03", f"Philly, {real['real-gcp-h100-2025-03'].description}",
+                   "philly-early", "real-gcp-h100-2025-03", real["real-gcp-h100-2025-03"].gpu),
+        SpotFamily("spot-real-aws-v100-2020", f"Alibaba openb pods, {real['real-aws-v100-2020'].description}",
+                   "openb", "real-aws-v100-2020", real["real-aws-v100-2020"].gpu),
+        SpotFamily("spot-real-gcp-h100-us-east1", f"Philly, {real['real-gcp-h100-us-east1'].description}",
+                   "philly-early", "real-gcp-h100-us-east1", real["real-gcp-h100-us-east1"].gpu),
+        SpotFamily("spot-real-gcp-a100-us-central1",
+                   f"generated bursty workload, {real['real-gcp-a100-us-central1'].description}", "gen:bursty",
+                   "real-gcp-a100-us-central1", real["real-gcp-a100-us-central1"].gpu),
+    ]
+
+
+def _trace_family(name: str) -> TraceFamily:
+    """A trace family by name (a spot family's workload)."""
+    for f in _trace_families():
+        if f.name == name:
+            return f
+    raise FamilyError(f"unknown trace family {name!r} as a spot workload; "
+                      f"known: {', '.join(f.name for f in _trace_families())}")
+
+
+Family = TraceFamily | GeneratorFamily | SpotFamily
 
 _PHILLY = "philly-2017/philly_jobs.csv"
 _MIG_FLEET = "4x8xA100-80GB,4x8xA100-80GB/mig=balanced"
@@ -233,40 +390,40 @@ def _trace_families() -> list[TraceFamily]:
 
 
 def families() -> dict[str, Family]:
-    """Every evaluation family by name: trace families first, then generator families."""
+    """Every evaluation family by name: trace families, generator families, then spot families."""
     from rlsched.workload.generator import FAMILIES
 
     out: dict[str, Family] = {f.name: f for f in _trace_families()}
     for name, spec in FAMILIES.items():
         out[f"gen-{name}"] = GeneratorFamily(name, spec.description)
+    for sf in _spot_families():
+        out[sf.name] = sf
     return out
 
 
+#: Groups :func:`resolve` understands: ``all`` is every on-prem family (traces and generated);
+#: spot families need elastic pools and spot baselines, so they are a group of their own.
+GROUPS = {"all": ("trace", "generator"), "traces": ("trace",), "generated": ("generator",), "spot": ("spot",)}
+
+
 def resolve(names: Sequence[str]) -> list[Family]:
-    """The named families (``all``, ``traces`` and ``generated`` are groups); FamilyError for unknown ones."""
+    """The named families (``all``, ``traces``, ``generated``, ``spot`` are groups); FamilyError for unknown ones."""
     known = families()
     out: list[Family] = []
     for n in names:
-        if n == "all":
-            out.extend(known.values())
-        elif n == "traces":
-            out.extend(f for f in known.values() if f.kind == "trace")
-        elif n == "generated":
-            out.extend(f for f in known.values() if f.kind == "generator")
+        if n in GROUPS:
+            out.extend(f for f in known.values() if f.kind in GROUPS[n])
         elif n in known:
             out.append(known[n])
         else:
-            import difflib
-
-            close = difflib.get_close_matches(n, list(known), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise FamilyError(f"unknown family {n!r}{hint}; known: all, traces, generated, {', '.join(known)}")
+            raise FamilyError(f"unknown family {n!r}{name_hint(n, known)}; known: {', '.join(GROUPS)}, "
+                              f"{', '.join(known)}")
     seen: set[str] = set()
     return [f for f in out if not (f.name in seen or seen.add(f.name))]  # type: ignore[func-returns-value]
 
 
 def family_key(f: Family) -> str:
-    """The name tables and cards use (generator families carry a ``gen-`` prefix)."""
+    """The name tables and cards use (generator families carry a ``gen-`` prefix, spot ones start ``spot-``)."""
     return f"gen-{f.name}" if f.kind == "generator" else f.name
 
 
@@ -280,6 +437,8 @@ def exposure(card: dict[str, Any], fam: Family,
     so the family stays ``unseen``. ``trace_files`` maps a card's scenario path to the
     trace file names it reads (default: parse the scenario YAML); injected by tests.
     """
+    if isinstance(fam, SpotFamily):
+        return _spot_exposure(card, fam, trace_files)
     if isinstance(fam, GeneratorFamily):
         trained = set(card.get("families", []) or [])
         return ("trained" if fam.name in trained or family_key(fam) in trained else "unseen"), []
@@ -301,6 +460,86 @@ def exposure(card: dict[str, Any], fam: Family,
     if fam.window_h > 0:
         return "unseen", [(a, b) for _, a, b in spans]
     return ("trained" if any(k == "trained" for k, _, _ in spans) else "tuned"), []
+
+
+_SEVERITY = {"unseen": 0, "tuned": 1, "trained": 2}
+
+
+def _spot_exposure(card: dict[str, Any], fam: SpotFamily,
+                   trace_files: Callable[[str], list[str]] | None) -> tuple[str, list[tuple[float, float]]]:
+    """A spot family's exposure: the more seen of its market's and its workload's.
+
+    A generated market family is ``trained`` when the card's ``market_families`` names it
+    (domain-randomised training records the kinds it covered). A real market is
+    ``trained`` when a training scenario of the card buys the same GPU model on the same
+    price source with the same lifetime source, ``tuned`` when only a holdout scenario
+    does (a different period of a market a model trained on still counts as seen). The
+    workload's exposure is that of its generator or trace family (hour windows a model
+    saw are avoided, so such a workload stays ``unseen``).
+    """
+    if fam.market in REAL_MARKETS:
+        real = REAL_MARKETS[fam.market]
+        market_status = "unseen"
+        for group, status in (("holdout", "tuned"), ("scenarios", "trained")):
+            for entry in card.get(group, []) or []:
+                if _scenario_market(str(entry.get("scenario", ""))) == (real.prices, real.preemption, real.gpu):
+                    market_status = status
+    else:
+        market_status = "trained" if fam.market in set(card.get("market_families", []) or []) else "unseen"
+    if fam.workload.startswith("gen:"):
+        wl_status, avoid = exposure(card, GeneratorFamily(fam.workload[4:], ""), trace_files)
+    else:
+        wl_status, avoid = exposure(card, _trace_family(fam.workload), trace_files)
+    return max(market_status, wl_status, key=_SEVERITY.__getitem__), avoid
+
+
+def _scenario_market(path: str) -> tuple[str, str, str] | None:
+    """``(price source, preemption source, spot GPU model)`` a scenario YAML buys spot on (None: unreadable or no spot).
+
+    The price source is ``default`` or the price file relative to the repository.
+    """
+    from rlsched.cluster.shorthand import parse_cluster
+    from rlsched.yamlfile import load_mapping
+
+    p = Path(path)
+    if not p.is_absolute():
+        p = _REPO / p
+    try:
+        data = load_mapping(p, "scenario", RlschedError)
+        pools = parse_cluster(str(data.get("cluster", "")))
+    except (RlschedError, OSError):
+        return None
+    from rlsched.cluster.model import PoolKind
+
+    gpus = sorted({pool.model.name for pool in pools if pool.kind is PoolKind.SPOT})
+    if not gpus:
+        return None  # no spot pool: the scenario bought nothing on a spot market
+    spec = data.get("market", "default")
+    prices, preemption = "default", "advisor"
+    if isinstance(spec, dict):
+        preemption = str(spec.get("preemption", "advisor"))
+        if spec.get("prices"):
+            raw = (p.parent / str(spec["prices"])).resolve()
+            try:
+                prices = str(raw.relative_to(_REPO.resolve()))
+            except ValueError:
+                prices = str(raw)
+    return prices, preemption, gpus[0] if len(gpus) == 1 else ",".join(gpus)
+
+
+def is_spot_model(card: dict[str, Any]) -> bool:
+    """Whether a model card describes a spot model: trained behind a deadline guard or on spot pools.
+
+    Spot models are judged on spot families by the spot rule (deadline misses), on-prem
+    models on JCT; the card says which by its training fleets (``spot:`` pools in a
+    training world or scenario cluster) or its deadline-guard rule.
+    """
+    if card.get("deadline_guard"):
+        return True
+    worlds = [str(w) for w in card.get("training_worlds", []) or []]
+    clusters = [str(c) for e in card.get("scenarios", []) or [] if isinstance(e, dict)
+                for c in e.get("clusters", []) or []]
+    return any("spot:" in x for x in worlds + clusters)
 
 
 def _scenario_files(path: str) -> list[str]:
@@ -334,7 +573,8 @@ def _cached_trace(path: str, fmt: str, vc: str | None, loader: Any) -> Any:
     return _TRACE_CACHE[key]
 
 
-def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Sequence[str] = ()) -> list[World]:
+def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Sequence[str] = (),
+                              max_nodes: int = 128) -> list[World]:
     """Domain randomisation: ``count`` worlds, each a :func:`~rlsched.workload.generator.random_family` draw.
 
     World ``i`` is family ``random_family(seed + i, exclude)`` drawn with seed ``seed + i``
@@ -343,7 +583,7 @@ def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Seq
     """
     import numpy as np
 
-    from rlsched.cluster.spec import parse_cluster
+    from rlsched.cluster.shorthand import parse_cluster
     from rlsched.market import default_market
     from rlsched.scenario import Scenario
     from rlsched.sim.engine import SimConfig
@@ -351,7 +591,7 @@ def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Seq
 
     worlds = []
     for s in range(seed, seed + count):
-        spec = random_family(np.random.default_rng(s), name=f"random{s}", exclude=exclude)
+        spec = random_family(np.random.default_rng(s), name=f"random{s}", exclude=exclude, max_nodes=max_nodes)
         spec = with_overrides(spec, jobs=jobs, backlog_jobs=min(spec.backlog_jobs, jobs // 4))
         tr = generate(spec, s)
         sc = Scenario(name=spec.name, pools=parse_cluster(spec.cluster), jobs=tr.jobs, market=default_market(),
@@ -361,8 +601,13 @@ def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Seq
     return worlds
 
 
-def trained_generator_families(exclude: Sequence[str]) -> list[str]:
-    """The generator families whose kind domain randomisation covers when ``exclude`` is left out."""
+def trained_generator_families(exclude: Sequence[str], max_nodes: int = 128) -> list[str]:
+    """The generator families whose kind domain randomisation covers when ``exclude`` is left out.
+
+    Draws capped at ``max_nodes`` <= 32 nodes never have a large fleet, so ``large-fleet``
+    stays unseen then.
+    """
     from rlsched.workload.generator import FAMILIES
 
-    return [name for name in FAMILIES if name not in set(exclude)]
+    out = set(exclude) | ({"large-fleet"} if max_nodes <= 32 else set())
+    return [name for name in FAMILIES if name not in out]

@@ -16,6 +16,20 @@ and the best of all of them is the bar, so a gain is the network's and not the r
 The gate (:func:`family_checks`) refuses a candidate more than
 :data:`GATE_TOLERANCE` (2%) worse than the best heuristic on any family it has not
 seen; families it trained or was tuned on are reported but never count.
+
+**Spot families** (hybrid spot + on-demand fleets under a generated or real market;
+:class:`~rlsched.train.families.SpotFamily`) are judged on money and deadlines instead:
+every window is replayed under the spot baselines (:data:`SPOT_BASELINES`; with a ruled
+candidate also every spot baseline behind the same rules, the on-demand-only ones never)
+and the candidate. Per family (:func:`summarise_spot`): each competitor's cost relative
+to ``ondemand-autoscale`` (the on-demand-only reference; a mean of per-window ratios),
+its deadline misses and lost GPU-hours (totals over the windows); the **best baseline**
+is the cheapest among those with the fewest misses, the **cheapest baseline** the
+cheapest regardless of misses. The gate's spot rule: a candidate fails a spot family
+when it has more deadline misses than the best baseline (lost GPU-hours and cost against
+the cheapest baseline are reported beside it). A spot model (the card says so:
+:func:`~rlsched.train.families.is_spot_model`) must have been judged on at least one
+unseen spot family.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlsched.train.families import Family, FamilyError, exposure, family_key
@@ -40,6 +54,15 @@ GATE_TOLERANCE = 0.02
 #: Suffix of a heuristic run behind the candidate's rules.
 RULED = "+rules"
 
+#: The baselines of a spot family (``benchmarks/cost_report.py``'s), the reference first.
+SPOT_BASELINES = ("ondemand-autoscale", "ondemand-static", "spot-greedy", "spot-fallback", "uniform-progress")
+#: On-demand-only baselines: never put behind rules (a reference, and a fleet provisioned for the peak).
+ON_DEMAND_ONLY = ("ondemand-autoscale", "ondemand-static")
+#: What spot costs are relative to.
+ONDEMAND_REFERENCE = "ondemand-autoscale"
+#: What a spot replay keeps.
+SPOT_METRICS = ("cost_usd", "deadline_misses", "lost_gpu_hours", "mean_jct_s")
+
 _WORLDS: list[Any] = []
 _MODEL_REF: str | None = None
 _MODEL: Any = None
@@ -52,7 +75,9 @@ class FamilyReport:
     Attributes:
         summaries: ``{family: summary}`` (see :func:`summarise`).
         exposure: ``{family: "trained" | "tuned" | "unseen"}``.
-        windows: ``{family: {window label: {competitor: mean JCT s}}}``.
+        windows: ``{family: {window label: {competitor: mean JCT s}}}`` (on-prem families).
+        spot_windows: ``{family: {window label: {competitor: {metric: value}}}}`` (spot
+            families; metrics :data:`SPOT_METRICS`).
         skipped: ``{family: why it has no window}``.
         wall_s: seconds the replays took.
     """
@@ -62,10 +87,19 @@ class FamilyReport:
     windows: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
+    spot_windows: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
+
+    def is_spot(self, family: str) -> bool:
+        """Whether ``family`` is judged on money and deadlines (it has spot windows, or a skipped
+        spot family's name)."""
+        return family in self.spot_windows or family.startswith("spot-")
 
     def to_json(self) -> dict[str, Any]:
-        return {"summary": self.summaries, "exposure": self.exposure, "windows": self.windows,
-                "skipped": self.skipped, "wall_s": self.wall_s}
+        out = {"summary": self.summaries, "exposure": self.exposure, "windows": self.windows,
+               "skipped": self.skipped, "wall_s": self.wall_s}
+        if self.spot_windows:
+            out["spot_windows"] = self.spot_windows
+        return out
 
 
 def _init(worlds: list[Any], model_ref: str | None) -> None:
@@ -79,33 +113,99 @@ def _model() -> Any:
     """The candidate, loaded once per process (a replay must not pay torch's load time)."""
     global _MODEL
     if _MODEL is None:
-        from rlsched.policies.ppo import load_policy_ref
+        from rlsched.learned.ppo import load_policy_ref
+        from rlsched.train.registry import download_model
 
         assert _MODEL_REF is not None
-        _MODEL = load_policy_ref(_MODEL_REF)
+        _MODEL = load_policy_ref(_MODEL_REF, fetch=download_model)
     return _MODEL
 
 
-def _run(task: tuple[int, str]) -> tuple[int, str, float]:
-    """Replay world ``i`` under one competitor; its mean JCT (runs in worker processes too)."""
+def _run(task: tuple[int, str, bool]) -> tuple[int, str, float | dict[str, float]]:
+    """Replay world ``i`` under one competitor (runs in worker processes too).
+
+    Returns its mean JCT, or for a spot world (``task[2]``) its :data:`SPOT_METRICS`.
+    """
+    i, name, spot = task
+    return i, name, _replay(_WORLDS[i], name, spot, _model)
+
+
+def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> float | dict[str, float]:
+    """Replay ``world`` under competitor ``name`` (``model`` gives the candidate, asked only when needed)."""
     from rlsched.policies import make_policy
     from rlsched.train.evaluate import run_world
 
-    i, name = task
-    world = _WORLDS[i]
     if name == CANDIDATE:
-        from rlsched.policies.ppo import PpoScheduler
+        from rlsched.learned.ppo import PpoScheduler
 
-        rep = run_world(world, PpoScheduler(_model(), name=CANDIDATE))
+        rep = run_world(world, PpoScheduler(model(), name=CANDIDATE))
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
     elif name.endswith(RULED):
         from rlsched.policies.rules import RuledScheduler
 
-        rep = run_world(world, RuledScheduler(make_policy(name[: -len(RULED)]), _model().new_rules()))
+        rep = run_world(world, RuledScheduler(make_policy(name[: -len(RULED)]), model().new_rules()))
     else:
         rep = run_world(world, make_policy(name))
-    return i, name, float(rep.result()["mean_jct_s"])
+    result = rep.result()
+    if spot:
+        return {k: float(result[k]) for k in SPOT_METRICS}
+    return float(result["mean_jct_s"])
+
+
+def _ray_replay(world: Any, name: str, spot: bool, model: Any) -> float | dict[str, float]:
+    """:func:`_replay` as a Ray task: the world and the loaded candidate come from the object store."""
+    return _replay(world, name, spot, lambda: model)
+
+
+def _run_on_ray(address: str, worlds: list[Any], tasks: list[tuple[int, str, bool]], model: Any,
+                done: Callable[[int, str, float | dict[str, float]], None]) -> None:
+    """Every task as a Ray task on the cluster at ``address``; ``done`` gets each result as it arrives.
+
+    Each world and the candidate go to the object store once; the candidate travels loaded (not as
+    its folder path), so a node without the model folder replays it too.
+    """
+    import ray
+
+    from rlsched.ray_connect import connect
+
+    connect(address)
+    world_refs = [ray.put(w) for w in worlds]
+    model_ref = ray.put(model)
+    remote = ray.remote(_ray_replay).options(num_cpus=1, max_retries=0)
+    pending = {remote.remote(world_refs[i], n, spot, model_ref): (i, n) for i, n, spot in tasks}
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i, n = pending.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None) or exc
+                lines = [ln for ln in str(cause).strip().splitlines() if ln.strip()]
+                raise FamilyError(f"replay of {worlds[i].label} under {n} failed on Ray: "
+                                  f"{lines[-1] if lines else type(cause).__name__}") from None
+            done(i, n, result)
+    finally:
+        for ref in pending:  # only tasks not yet collected (none unless a replay failed)
+            ray.cancel(ref)
+
+
+def competitors(spot: bool, model_ref: str | None, ruled: bool) -> list[str]:
+    """Who replays a world: on-prem heuristics and the bound, or the spot baselines; then the candidate.
+
+    ``ruled`` (the candidate has rules) adds every heuristic behind the same rules
+    (on a spot family every spot baseline but the on-demand-only ones).
+    """
+    if spot:
+        names = list(SPOT_BASELINES)
+        if model_ref and ruled:
+            names += [b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY]
+    else:
+        names = [*HEURISTICS, BOUND]
+        if model_ref and ruled:
+            names += [h + RULED for h in HEURISTICS]
+    return names + ([CANDIDATE] if model_ref else [])
 
 
 def evaluate_families(
@@ -117,8 +217,13 @@ def evaluate_families(
     max_jobs: int = 2000,
     processes: int = 1,
     progress: Callable[[int, int, float], None] | None = None,
+    ray: str | None = None,
 ) -> FamilyReport:
     """Replay every family's windows under the candidate (``model_ref``; None: heuristics only).
+
+    The replays run in this process, in ``processes`` worker processes, or with ``ray`` (a Ray
+    address, ``auto`` or ``HOST:PORT``) as one Ray task each over the cluster; every replay is
+    deterministic, so all three give the same numbers.
 
     ``card`` is the candidate's model card: windows of traces it saw are not cut and
     its exposure to each family is recorded. Families whose data is missing are
@@ -127,6 +232,7 @@ def evaluate_families(
     report = FamilyReport()
     worlds: list[Any] = []
     fam_of: list[str] = []
+    spot_of: list[bool] = []
     for f in fams:
         key = family_key(f)
         status, avoid = exposure(card or {}, f)
@@ -140,33 +246,54 @@ def evaluate_families(
             report.skipped[key] = "no window the model has not seen" if avoid else "no window with enough jobs"
         worlds.extend(ws)
         fam_of.extend([key] * len(ws))
-    names = [*HEURISTICS, BOUND]
+        spot_of.extend([f.kind == "spot"] * len(ws))
+    ruled = False
     if model_ref:
         _init([], model_ref)
-        if _model().new_rules():
-            names += [h + RULED for h in HEURISTICS]
-        names.append(CANDIDATE)
-    tasks = [(i, n) for i in range(len(worlds)) for n in names]
-    results: dict[int, dict[str, float]] = {}
+        ruled = bool(_model().new_rules())
+        forecast = getattr(_model(), "forecast", None)
+        if forecast is not None:
+            # Spot replays run with the model's demand forecaster, every competitor alike
+            # (as ``rlsched simulate`` and the cost report do): its policy reads the forecast.
+            worlds = [replace(w, forecaster=forecast.forecaster, forecast_horizon_s=forecast.horizon_s)
+                      if spot_of[i] else w for i, w in enumerate(worlds)]
+    tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled)]
     t0 = time.perf_counter()
-    if processes > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(processes, initializer=_init, initargs=(worlds, model_ref)) as pool:
-            for done, (i, n, r) in enumerate(pool.map(_run, tasks, chunksize=1), 1):
-                results.setdefault(i, {})[n] = r
-                if progress is not None:
-                    progress(done, len(tasks), time.perf_counter() - t0)
-    else:
-        _init(worlds, model_ref)
-        for done, task in enumerate(tasks, 1):
-            i, n, r = _run(task)
-            results.setdefault(i, {})[n] = r
-            if progress is not None:
-                progress(done, len(tasks), time.perf_counter() - t0)
+    results = _replay_all(worlds, tasks, model_ref, processes=processes, ray=ray, progress=progress)
     report.wall_s = time.perf_counter() - t0
     for i, w in enumerate(worlds):
-        report.windows.setdefault(fam_of[i], {})[w.label] = results[i]
+        target: dict[str, Any] = report.spot_windows if spot_of[i] else report.windows
+        target.setdefault(fam_of[i], {})[w.label] = results[i]
     report.summaries = {f: summarise(rows) for f, rows in report.windows.items()}
+    report.summaries.update({f: summarise_spot(rows) for f, rows in report.spot_windows.items()})
     return report
+
+
+def _replay_all(worlds: list[Any], tasks: list[tuple[int, str, bool]], model_ref: str | None, *, processes: int,
+                ray: str | None, progress: Callable[[int, int, float], None] | None) -> dict[int, dict[str, Any]]:
+    """Every task's result, ``{world index: {competitor: result}}``: on Ray, in a process pool or here."""
+    results: dict[int, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    finished = 0
+
+    def record(i: int, n: str, r: float | dict[str, float]) -> None:
+        nonlocal finished
+        finished += 1
+        results.setdefault(i, {})[n] = r
+        if progress is not None:
+            progress(finished, len(tasks), time.perf_counter() - t0)
+
+    if ray is not None and tasks:
+        _run_on_ray(ray, worlds, tasks, _model() if model_ref else None, record)
+    elif processes > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(processes, initializer=_init, initargs=(worlds, model_ref)) as pool:
+            for i, n, r in pool.map(_run, tasks, chunksize=1):
+                record(i, n, r)
+    else:
+        _init(worlds, model_ref)
+        for task in tasks:
+            record(*_run(task))
+    return results
 
 
 def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -201,16 +328,87 @@ def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
     return out
 
 
+def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """A spot family's summary from ``{window: {competitor: {metric: value}}}`` (see the module docstring).
+
+    Keys: ``kind`` (``"spot"``), ``windows``, ``baselines`` (``{name: {cost_vs_od,
+    misses, lost_gpu_h}}``), ``best`` (the cheapest of the baselines with the fewest
+    misses) with ``best_cost_vs_od`` / ``best_misses`` / ``best_lost_gpu_h``, ``cheapest``
+    with ``cheapest_cost_vs_od``; with a candidate ``model_cost_vs_od``,
+    ``model_cost_vs_best`` (mean of per-window ratios) with its ``_min`` / ``_max``,
+    ``model_cost_vs_cheapest``, ``model_misses``, ``model_lost_gpu_h``, ``model_jct_vs_best``
+    and ``model_no_more_misses`` (windows where it missed no more than the best baseline).
+    """
+    labels = [w for w, row in per_window.items() if row.get(ONDEMAND_REFERENCE, {}).get("cost_usd", 0) > 0]
+    if not labels:
+        return {"kind": "spot", "windows": 0}
+    first = per_window[labels[0]]
+
+    def ratios(a: str, b: str, metric: str = "cost_usd") -> list[float]:
+        return [per_window[w][a][metric] / per_window[w][b][metric] for w in labels
+                if per_window[w][b][metric] > 0]
+
+    def totals(name: str) -> dict[str, Any]:
+        return {"cost_vs_od": statistics.fmean(ratios(name, ONDEMAND_REFERENCE)),
+                "misses": int(sum(per_window[w][name]["deadline_misses"] for w in labels)),
+                "lost_gpu_h": sum(per_window[w][name]["lost_gpu_hours"] for w in labels)}
+
+    base = {n: totals(n) for n in first if n != CANDIDATE}
+    best = min(base, key=lambda n: (base[n]["misses"], base[n]["cost_vs_od"], n))
+    cheapest = min(base, key=lambda n: (base[n]["cost_vs_od"], n))
+    out: dict[str, Any] = {
+        "kind": "spot", "windows": len(labels), "baselines": base,
+        "best": best, "best_cost_vs_od": base[best]["cost_vs_od"], "best_misses": base[best]["misses"],
+        "best_lost_gpu_h": base[best]["lost_gpu_h"],
+        "cheapest": cheapest, "cheapest_cost_vs_od": base[cheapest]["cost_vs_od"],
+    }
+    if CANDIDATE in first:
+        mine = totals(CANDIDATE)
+        vs_best = ratios(CANDIDATE, best)
+        jct = ratios(CANDIDATE, best, "mean_jct_s")
+        out.update({
+            "model_cost_vs_od": mine["cost_vs_od"], "model_cost_vs_best": statistics.fmean(vs_best),
+            "model_cost_vs_best_min": min(vs_best), "model_cost_vs_best_max": max(vs_best),
+            "model_cost_vs_cheapest": statistics.fmean(ratios(CANDIDATE, cheapest)),
+            "model_misses": mine["misses"], "model_lost_gpu_h": mine["lost_gpu_h"],
+            "model_jct_vs_best": statistics.fmean(jct) if jct else None,
+            "model_no_more_misses": sum(per_window[w][CANDIDATE]["deadline_misses"]
+                                        <= per_window[w][best]["deadline_misses"] for w in labels),
+        })
+    return out
+
+
+def _is_spot(summary: dict[str, Any]) -> bool:
+    return summary.get("kind") == "spot"
+
+
 def family_checks(summaries: dict[str, dict[str, Any]], exposure_of: dict[str, str],
-                  tolerance: float = GATE_TOLERANCE) -> list[tuple[bool, str]]:
+                  tolerance: float = GATE_TOLERANCE, *, spot_model: bool = False) -> list[tuple[bool, str]]:
     """The promotion gate: ``(ok, text)`` per unseen family with a candidate result.
 
-    No unseen family at all is itself a failed check: a gate that judged nothing
-    must not let a candidate through.
+    On-prem families: mean JCT at most ``1 + tolerance`` times the best heuristic's. Spot
+    families: no more deadline misses than the best baseline (lost GPU-hours and cost
+    against the cheapest baseline are reported in the text). No unseen family at all is
+    itself a failed check, and so is a ``spot_model`` judged on no unseen spot family:
+    a gate that judged nothing must not let a candidate through.
     """
     out: list[tuple[bool, str]] = []
+    spot_seen = False
     for fam, s in summaries.items():
-        if exposure_of.get(fam) != "unseen" or "model_vs_best" not in s:
+        if exposure_of.get(fam) != "unseen":
+            continue
+        if _is_spot(s):
+            if "model_misses" not in s:
+                continue
+            spot_seen = True
+            m, b = int(s["model_misses"]), int(s["best_misses"])
+            ok = m <= b
+            out.append((ok, f"family {fam}: candidate {m} deadline misses {'<=' if ok else 'NOT <='} {b} of the "
+                            f"best baseline ({s['best']}) over {s['windows']} windows; lost GPU-h "
+                            f"{s['model_lost_gpu_h']:.1f} vs {s['best_lost_gpu_h']:.1f}; cost "
+                            f"{s['model_cost_vs_cheapest']:.3f}x the cheapest baseline ({s['cheapest']})"))
+            continue
+        if "model_vs_best" not in s:
             continue
         ratio = float(s["model_vs_best"])
         ok = ratio <= 1.0 + tolerance
@@ -218,30 +416,53 @@ def family_checks(summaries: dict[str, dict[str, Any]], exposure_of: dict[str, s
                         f"{s['windows']} windows {'<=' if ok else 'NOT <='} {1.0 + tolerance:.2f}x"))
     if not out:
         out.append((False, "no unseen workload family was evaluated: nothing shows the candidate generalises"))
+    elif spot_model and not spot_seen:
+        out.append((False, "no unseen spot family was evaluated: a spot model is judged on deadline misses "
+                           "(`--families spot`)"))
     return out
 
 
 def verdict(summaries: dict[str, dict[str, Any]], exposure_of: dict[str, str]) -> list[str]:
-    """Issue 16's targets on the unseen families, one line each."""
-    unseen = [f for f, s in summaries.items() if exposure_of.get(f) == "unseen" and "model_vs_best" in s]
-    if not unseen:
+    """Issue 16's targets on the unseen families, one line each (on-prem, then spot)."""
+    unseen = [f for f, s in summaries.items()
+              if exposure_of.get(f) == "unseen" and not _is_spot(s) and "model_vs_best" in s]
+    spot = [f for f, s in summaries.items() if exposure_of.get(f) == "unseen" and _is_spot(s) and "model_misses" in s]
+    if not unseen and not spot:
         return ["no unseen family with a model result: no verdict"]
-    worse = [f for f in unseen if summaries[f]["model_vs_best"] > 1.0]
-    good = [f for f in unseen if summaries[f]["model_vs_best"] <= 0.95]
-    roomy = [f for f in unseen if (summaries[f].get("bound_vs_wp") or 1.0) <= 0.80]
-    miss = [f for f in roomy if summaries[f]["model_vs_wp"] > 0.90]
-    return [
-        f"model <= 1.00x best heuristic on every unseen family: {'PASS' if not worse else 'FAIL'}"
-        + (f" (worse on {', '.join(worse)})" if worse else ""),
-        f"model <= 0.95x best heuristic on at least half ({len(good)} of {len(unseen)}): "
-        f"{'PASS' if 2 * len(good) >= len(unseen) else 'FAIL'}",
-        f"model <= 0.90x weighted-priority where the bound is <= 0.80x ({len(roomy)} families): "
-        f"{'PASS' if not miss else 'FAIL'}" + (f" (not on {', '.join(miss)})" if miss else ""),
-    ]
+    lines: list[str] = []
+    if unseen:
+        worse = [f for f in unseen if summaries[f]["model_vs_best"] > 1.0]
+        good = [f for f in unseen if summaries[f]["model_vs_best"] <= 0.95]
+        roomy = [f for f in unseen if (summaries[f].get("bound_vs_wp") or 1.0) <= 0.80]
+        miss = [f for f in roomy if summaries[f]["model_vs_wp"] > 0.90]
+        lines += [
+            f"model <= 1.00x best heuristic on every unseen family: {'PASS' if not worse else 'FAIL'}"
+            + (f" (worse on {', '.join(worse)})" if worse else ""),
+            f"model <= 0.95x best heuristic on at least half ({len(good)} of {len(unseen)}): "
+            f"{'PASS' if 2 * len(good) >= len(unseen) else 'FAIL'}",
+            f"model <= 0.90x weighted-priority where the bound is <= 0.80x ({len(roomy)} families): "
+            f"{'PASS' if not miss else 'FAIL'}" + (f" (not on {', '.join(miss)})" if miss else ""),
+        ]
+    if spot:
+        def failing(ok: Callable[[dict[str, Any]], bool]) -> list[str]:
+            return [f for f in spot if not ok(summaries[f])]
+
+        for what, bad in (
+            ("no more deadline misses than the best baseline",
+             failing(lambda s: s["model_misses"] <= s["best_misses"])),
+            ("no more lost GPU-hours than the best baseline",
+             failing(lambda s: s["model_lost_gpu_h"] <= s["best_lost_gpu_h"] + 1e-9)),
+            ("cost <= the cheapest baseline's",
+             failing(lambda s: s["model_cost_vs_od"] <= s["cheapest_cost_vs_od"] + 1e-9)),
+        ):
+            lines.append(f"spot: {what} on every unseen spot family ({len(spot)}): "
+                         f"{'PASS' if not bad else 'FAIL'}" + (f" (not on {', '.join(bad)})" if bad else ""))
+    return lines
 
 
 def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
-    """The per-family markdown table (benchmark output and model cards)."""
+    """The per-family markdown table of the on-prem families (benchmark output and model cards)."""
+    order = [k for k in (order or list(report.exposure)) if not report.is_spot(k)]
     has_model = any("model_vs_best" in s for s in report.summaries.values())
     head = "| family | seen | windows | best heuristic | best vs WP | bound vs WP |"
     rule = "|---|---|---:|---|---:|---:|"
@@ -249,7 +470,7 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
         head += " model vs best (range) | no worse | model vs WP |"
         rule += "---:|---:|---:|"
     lines = [head, rule]
-    for k in order or list(report.exposure):
+    for k in order:
         s = report.summaries.get(k)
         if not s or not s.get("windows"):
             why = report.skipped.get(k, "no windows")
@@ -265,6 +486,63 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
         elif has_model:
             row += " - | - | - |"
         lines.append(row)
+    return "\n".join(lines)
+
+
+#: Caption of :func:`spot_table` (what "best" means there).
+SPOT_CAPTION = ("Cost is relative to ondemand-autoscale (on-demand only), a mean of per-window ratios; misses and "
+                "lost GPU-hours are totals over the windows. Best baseline = the cheapest among the baselines with "
+                "the fewest deadline misses (NAME+rules: behind the candidate's rules); cheapest = the cheapest "
+                "baseline regardless of misses. Gate: the candidate fails a family with more misses than the best "
+                "baseline.")
+
+
+def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
+    """The per-family markdown table of the spot families (see :data:`SPOT_CAPTION`)."""
+    keys = [k for k in (order or list(report.exposure)) if report.is_spot(k)]
+    has_model = any("model_misses" in report.summaries.get(k, {}) for k in keys)
+    head = ("| family | seen | windows | best baseline | best cost vs OD | best misses | best lost GPU-h "
+            "| cheapest baseline (cost vs OD) |")
+    rule = "|---|---|---:|---|---:|---:|---:|---|"
+    if has_model:
+        head += " model cost vs OD | model cost vs best (range) | model misses | model lost GPU-h | gate |"
+        rule += "---:|---:|---:|---:|---|"
+    lines = [head, rule]
+    for k in keys:
+        s = report.summaries.get(k)
+        if not s or not s.get("windows"):
+            why = report.skipped.get(k, "no windows")
+            lines.append(f"| {k} | {report.exposure.get(k, '?')} | 0 | {why} | - | - | - | - |"
+                         + (" - | - | - | - | - |" if has_model else ""))
+            continue
+        row = (f"| {k} | {report.exposure[k]} | {s['windows']} | {s['best']} | {s['best_cost_vs_od']:.3f} | "
+               f"{s['best_misses']} | {s['best_lost_gpu_h']:.1f} | {s['cheapest']} ({s['cheapest_cost_vs_od']:.3f}) |")
+        if "model_misses" in s:
+            gate = "pass" if s["model_misses"] <= s["best_misses"] else "FAIL"
+            if report.exposure[k] != "unseen":
+                gate += f" ({report.exposure[k]}: not counted)"
+            row += (f" {s['model_cost_vs_od']:.3f} | {s['model_cost_vs_best']:.3f} "
+                    f"({s['model_cost_vs_best_min']:.2f}-{s['model_cost_vs_best_max']:.2f}) | {s['model_misses']} | "
+                    f"{s['model_lost_gpu_h']:.1f} | {gate} |")
+        elif has_model:
+            row += " - | - | - | - | - |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def spot_window_table(report: FamilyReport) -> str:
+    """Every spot window: each competitor's cost vs on-demand-only / deadline misses."""
+    names = list(dict.fromkeys(n for rows in report.spot_windows.values() for row in rows.values() for n in row))
+    shown = [n for n in names if n != ONDEMAND_REFERENCE]
+    lines = [f"| family | window | {ONDEMAND_REFERENCE} misses | " + " | ".join(shown) + " |",
+             "|---|---|---:|" + "---:|" * len(shown)]
+    for fam, rows in report.spot_windows.items():
+        for label, row in rows.items():
+            ref = row[ONDEMAND_REFERENCE]
+            cost = ref["cost_usd"] or float("nan")
+            lines.append(f"| {fam} | {label.split('/', 1)[-1]} | {ref['deadline_misses']:.0f} | "
+                         + " | ".join(f"{row[n]['cost_usd'] / cost:.3f} / {row[n]['deadline_misses']:.0f}"
+                                      for n in shown) + " |")
     return "\n".join(lines)
 
 

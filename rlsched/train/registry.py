@@ -3,7 +3,7 @@
 A registered version is an MLflow *pyfunc* model whose only artifact, ``policy``,
 is the exported model folder (``policy.pt``, ``codec.json``, ``card.json``), so the
 same bytes serve three ways: ``--policy ppo:models:/NAME@ALIAS`` (:func:`download_model`
-+ :class:`~rlsched.policies.ppo.PolicyModel`), ``mlflow.pyfunc.load_model`` /
++ :class:`~rlsched.learned.ppo.PolicyModel`), ``mlflow.pyfunc.load_model`` /
 ``mlflow models serve`` (:class:`PolicyPyfunc`: encoded observation + mask -> action),
 and plain file copies.
 
@@ -24,10 +24,16 @@ stored in the version's card (copied into its ``eval_metrics`` tag at registrati
 4. if a champion exists: candidate ``mean_jct_s`` < champion ``mean_jct_s`` and
    candidate ``cost_usd`` <= champion ``cost_usd`` x (1 + 1e-9);
 5. if both versions record an ``eval_set`` (a hash of their evaluation windows), they
-   are equal: numbers measured on different workloads are not comparable;
+   are equal: numbers measured on different workloads are not comparable. One exception
+   keeps rules 4 and 5 on one workload: a candidate whose ``champion_eval`` tag
+   (:class:`ChampionReplay`, set by ``rlsched retrain``) holds the numbers of exactly the
+   current champion version replayed on the candidate's own evaluation windows is compared
+   with those numbers instead ("champion replayed on the candidate's evaluation windows");
+   a replay of another version (the champion moved since) or on other windows is refused
+   as before;
 6. the **workload-family gate** (:mod:`rlsched.train.generalisation`): on every family
    of workloads the candidate never trained or was tuned on, its mean JCT is at most
-   1.02x the best heuristic's (mean of per-window ratios). The results come from the
+   1.02 times the best heuristic's (mean of per-window ratios). The results come from the
    version's ``family_gate`` tag (set at registration from the card's
    ``metrics.families``, or later by ``rlsched models gate NAME VERSION``); a version
    without them is refused - a gate that judged nothing lets nothing through.
@@ -63,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlsched.policies.ppo import CODEC_FILE, ModelError, PolicyModel
+from rlsched.learned.ppo import CODEC_FILE, ModelError, PolicyModel
 from rlsched.train.tracking import TrackingError, configure, ensure_experiment, tracking_uri
 
 if TYPE_CHECKING:
@@ -257,6 +263,58 @@ def eval_set_id(card: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The version tag holding the champion's numbers replayed on the version's own evaluation windows.
+CHAMPION_EVAL_TAG = "champion_eval"
+
+
+@dataclass(frozen=True)
+class ChampionReplay:
+    """A model's evaluation on a candidate's evaluation windows: the candidate's ``champion_eval`` tag.
+
+    ``rlsched retrain`` evaluates its source model on the challenger's own evaluation windows;
+    recording those numbers with the challenger lets :func:`promote` compare the two on one
+    workload (rule 5) when the source is still the champion.
+
+    Attributes:
+        model: registered model name of the replayed version (None: a model folder, never a champion).
+        version: its version number (None with ``model``).
+        metrics: its evaluation summary there (``{policy: {metric: value}}``; ``ppo`` is the model).
+        eval_set: the evaluation-set id (:func:`eval_set_id`) of the windows it was measured on.
+    """
+
+    model: str | None
+    version: int | None
+    metrics: dict[str, dict[str, Any]]
+    eval_set: str | None
+
+    def tag(self) -> str:
+        """The tag value (compact JSON); per policy only :data:`TAG_METRICS` when the whole would not fit."""
+        def encode(metrics: Mapping[str, Mapping[str, Any]]) -> str:
+            return json.dumps({"model": self.model, "version": self.version, "eval_metrics": metrics,
+                               "eval_set": self.eval_set}, sort_keys=True, default=str)
+
+        text = encode(self.metrics)
+        if len(text) > _MAX_TAG_CHARS:
+            text = encode({p: {k: m[k] for k in TAG_METRICS if k in m} for p, m in self.metrics.items()})
+        return text
+
+    @classmethod
+    def parse(cls, raw: str | None) -> ChampionReplay | None:
+        """The replay a tag value records; None when absent or malformed (then it is simply not used)."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            metrics = data["eval_metrics"]
+            version = data.get("version")
+            return cls(None if data.get("model") is None else str(data["model"]),
+                       None if version is None else int(version),
+                       {str(p): dict(m) for p, m in metrics.items() if isinstance(m, Mapping)},
+                       None if data.get("eval_set") is None else str(data["eval_set"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+
 def card_eval(card: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``card["metrics"]["eval"]`` (``{policy: {metric: value}}``), empty when absent."""
     ev = (card.get("metrics") or {}).get("eval") or {}
@@ -268,27 +326,47 @@ FAMILY_TAG = "family_gate"
 
 
 def card_families(card: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``card["metrics"]["families"]`` (``{"summary": ..., "exposure": ...}``), None when absent."""
+    """``card["metrics"]["families"]`` (``{"summary", "exposure", "spot_model"}``), None when absent.
+
+    ``spot_model`` says whether the card describes a spot model
+    (:func:`~rlsched.train.families.is_spot_model`): the gate then asks for an unseen spot family.
+    """
+    from rlsched.train.families import is_spot_model
+
     fam = (card.get("metrics") or {}).get("families")
     if isinstance(fam, Mapping) and isinstance(fam.get("summary"), Mapping):
-        return {"summary": dict(fam["summary"]), "exposure": dict(fam.get("exposure") or {})}
+        return {"summary": dict(fam["summary"]), "exposure": dict(fam.get("exposure") or {}),
+                "spot_model": is_spot_model(dict(card))}
     return None
+
+
+#: Per-family summary keys the ``family_gate`` tag keeps (on-prem, then spot families).
+_TAG_KEYS = ("windows", "best", "best_vs_wp", "bound_vs_wp", "model_vs_best", "model_vs_wp",
+             "kind", "best_cost_vs_od", "best_misses", "best_lost_gpu_h", "cheapest", "cheapest_cost_vs_od",
+             "model_cost_vs_od", "model_cost_vs_best", "model_cost_vs_cheapest", "model_misses", "model_lost_gpu_h")
 
 
 def family_tag(fam: Mapping[str, Any]) -> str:
     """The ``family_gate`` tag: per family only what the gate and a reader need (fits MLflow's tag limit)."""
-    keep = ("windows", "best", "best_vs_wp", "bound_vs_wp", "model_vs_best", "model_vs_wp")
-    summary = {f: {k: s[k] for k in keep if k in s} for f, s in fam["summary"].items()}
-    return json.dumps({"summary": summary, "exposure": fam.get("exposure", {})}, sort_keys=True)
+    summary = {f: {k: s[k] for k in _TAG_KEYS if k in s} for f, s in fam["summary"].items()}
+    out: dict[str, Any] = {"summary": summary, "exposure": fam.get("exposure", {})}
+    if fam.get("spot_model"):
+        out["spot_model"] = True
+    return json.dumps(out, sort_keys=True)
 
 
 def family_gate_checks(fam: Mapping[str, Any] | None) -> list[Check]:
-    """Rule 6 as checks; a version without family results fails it."""
+    """Rule 6 as checks; a version without family results fails it.
+
+    Spot families are judged by the spot rule (no more deadline misses than the best
+    baseline), and a spot model's results must include an unseen spot family.
+    """
     if fam is None:
         return [Check(False, "no workload-family evaluation: run `rlsched models gate NAME VERSION` first")]
     from rlsched.train.generalisation import family_checks
 
-    return [Check(ok, text) for ok, text in family_checks(fam["summary"], fam.get("exposure", {}))]
+    return [Check(ok, text) for ok, text in family_checks(fam["summary"], fam.get("exposure", {}),
+                                                          spot_model=bool(fam.get("spot_model")))]
 
 
 def candidate_entry(ev: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -674,6 +752,8 @@ def check_promotion(
     *,
     candidate_eval_set: str | None = None,
     champion_eval_set: str | None = None,
+    champion: tuple[str, int] | None = None,
+    champion_replay: ChampionReplay | None = None,
 ) -> list[Check]:
     """The promotion rule (module docstring) as a list of checks; promote only if all pass.
 
@@ -681,6 +761,10 @@ def check_promotion(
         candidate_eval: the candidate card's ``metrics.eval`` (``{policy: {metric: value}}``).
         champion_eval: the current champion's, or None when there is no champion.
         candidate_eval_set, champion_eval_set: evaluation-set ids (see :func:`eval_set_id`).
+        champion: the current champion's (registered name, version).
+        champion_replay: the candidate's ``champion_eval`` tag; used instead of ``champion_eval``
+            only when the evaluation sets differ and it replays exactly ``champion`` on
+            ``candidate_eval_set``.
     """
     checks: list[Check] = []
     cand = candidate_entry(candidate_eval)
@@ -699,12 +783,40 @@ def check_promotion(
                      _num(wp, "jobs_completed"), "weighted-priority")
     if champion_eval is not None:
         champ = candidate_entry(champion_eval)
+        vs = "champion"
         if candidate_eval_set and champion_eval_set and candidate_eval_set != champion_eval_set:
-            checks.append(Check(False, f"evaluation set differs from the champion's ({candidate_eval_set} vs "
-                                       f"{champion_eval_set}): metrics are not comparable"))
-        _compare(checks, "mean JCT vs champion", _num(cand, "mean_jct_s"), "<", _num(champ, "mean_jct_s"), "champion")
-        _compare(checks, "cost vs champion", _num(cand, "cost_usd"), "<=", _num(champ, "cost_usd"), "champion")
+            differs = f"evaluation set differs from the champion's ({candidate_eval_set} vs {champion_eval_set})"
+            unusable = _replay_unusable(champion_replay, champion, candidate_eval_set)
+            if unusable is None and champion_replay is not None and champion is not None:
+                champ = candidate_entry(champion_replay.metrics)
+                vs = "champion replayed on the candidate's evaluation windows"
+                checks.append(Check(True, f"{differs}: comparing with {champion[0]} version {champion[1]} "
+                                          f"replayed on the candidate's evaluation windows ({CHAMPION_EVAL_TAG} tag)"))
+            else:
+                checks.append(Check(False, f"{differs}: metrics are not comparable{unusable or ''}"))
+        _compare(checks, f"mean JCT vs {vs}", _num(cand, "mean_jct_s"), "<", _num(champ, "mean_jct_s"), "champion")
+        _compare(checks, f"cost vs {vs}", _num(cand, "cost_usd"), "<=", _num(champ, "cost_usd"), "champion")
     return checks
+
+
+def _replay_unusable(replay: ChampionReplay | None, champion: tuple[str, int] | None,
+                     candidate_eval_set: str) -> str | None:
+    """Why a candidate's champion replay cannot stand in for the champion's numbers ("" when it has none).
+
+    None means it can: it replays exactly the current champion version, on the candidate's
+    own evaluation windows, and holds that model's metrics.
+    """
+    if replay is None or champion is None:
+        return ""
+    who = (f"{replay.model} version {replay.version}" if replay.model is not None and replay.version is not None
+           else "a model folder")
+    if (replay.model, replay.version) != champion:
+        return f" (its {CHAMPION_EVAL_TAG} replays {who}, not the champion {champion[0]} version {champion[1]})"
+    if replay.eval_set != candidate_eval_set:
+        return f" (its {CHAMPION_EVAL_TAG} was measured on {replay.eval_set}, not on the candidate's evaluation set)"
+    if candidate_entry(replay.metrics) is None:
+        return f" (its {CHAMPION_EVAL_TAG} has no '{CANDIDATE_POLICY}' metrics)"
+    return None
 
 
 def _version_eval(mv: Any) -> tuple[dict[str, dict[str, Any]], str | None]:
@@ -743,19 +855,22 @@ def gate_version(name: str, version: int | str, *, families: list[str] | None = 
                  max_jobs: int = 1000, processes: int = 1, progress: Any = None) -> tuple[Any, list[Check]]:
     """Run the workload-family evaluation on a registered version and store it in its ``family_gate`` tag.
 
+    ``families`` defaults to the ``spot`` group for a spot model (its card says so:
+    :func:`~rlsched.train.families.is_spot_model`), else ``generated``.
     Returns the :class:`~rlsched.train.generalisation.FamilyReport` and the gate's checks.
     """
-    from rlsched.train.families import resolve
+    from rlsched.train.families import is_spot_model, resolve
     from rlsched.train.generalisation import evaluate_families
 
     mv = resolve_version(ModelRef(name, version=int(version)))
-    fams = resolve(families or ["generated"])
     with tempfile.TemporaryDirectory(prefix="rlsched-gate-") as tmp:
         folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
         card = PolicyModel.load(folder).card
+        spot = is_spot_model(dict(card))
+        fams = resolve(families or (["spot"] if spot else ["generated"]))
         report = evaluate_families(fams, str(folder), card=card, windows=windows, max_jobs=max_jobs,
                                    processes=processes, progress=progress)
-    fam = {"summary": report.summaries, "exposure": report.exposure}
+    fam = {"summary": report.summaries, "exposure": report.exposure, "spot_model": spot}
     mlflow_exc = _mlflow_exception()
     try:
         _client().set_model_version_tag(mv.name, str(mv.version), FAMILY_TAG, family_tag(fam))
@@ -826,7 +941,10 @@ def promote(
     if not force:
         cand_ev, cand_set = _version_eval(mv)
         champ_ev, champ_set = _version_eval(champion) if champion is not None else (None, None)
-        checks = tuple(check_promotion(cand_ev, champ_ev, candidate_eval_set=cand_set, champion_eval_set=champ_set)
+        champ_ref = (str(champion.name), int(champion.version)) if champion is not None else None
+        replay = ChampionReplay.parse(dict(mv.tags or {}).get(CHAMPION_EVAL_TAG))
+        checks = tuple(check_promotion(cand_ev, champ_ev, candidate_eval_set=cand_set, champion_eval_set=champ_set,
+                                       champion=champ_ref, champion_replay=replay)
                        + family_gate_checks(_version_families(mv)))
         failed = [c.text for c in checks if not c.ok]
         if failed:
@@ -917,6 +1035,8 @@ __all__ = [
     "CANDIDATE_POLICY",
     "CHALLENGER",
     "CHAMPION",
+    "CHAMPION_EVAL_TAG",
+    "ChampionReplay",
     "Check",
     "ModelRef",
     "ModelRegistryUnavailable",

@@ -21,23 +21,43 @@ on-demand nodes drain and reach the idle stop). It buys spot while the window's 
 exceeds the spot pools' free and provisioning GPUs, and on-demand only for the window's
 at-risk demand (the window is what the student observes); idle nodes are stopped by the
 engine's idle-stop rule, so it never scales down.
+
+With a codec that has preempt slots (``preempt_slots`` > 0), the ``follow:NAME`` teachers
+also preempt as the ``preempt_long`` rule decides
+(:class:`~rlsched.policies.rules.preempt_long.LongJobPreemption`, default parameters):
+when none of the nominees can be placed and a blocked one waits behind running jobs whose
+believed remaining work is far longer, they preempt the rule's first victim for it if
+that job is in a running slot. Without preempt slots they act exactly as before.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from rlsched.cluster.decisions import Decision
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
 from rlsched.envs.codec import ObservationCodec
-from rlsched.policies.autoscale import provisioning_gpus
-from rlsched.policies.rules import RuleParams, build_rules
+from rlsched.envs.trained_actions import TrainedActions
+from rlsched.policies.heuristics.autoscale import provisioning_gpus
+from rlsched.policies.rules import RuleParams, build_rules, owned_actions
 
-#: teacher names accepted by ``bc.teacher`` in an experiment file
-TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first")
+#: teacher names accepted by ``bc.teacher`` in an experiment file (plus ``follow:NAME`` for a nominator NAME)
+TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "best-follow")
+#: ``follow:NAME`` teaches "place what heuristic NAME would place next" through a nominating codec
+FOLLOW = "follow:"
+
+
+def is_teacher(rule: str, nominators: tuple[str, ...] = ()) -> bool:
+    """Whether ``rule`` names a teacher usable with a codec nominating with ``nominators``."""
+    if rule.startswith(FOLLOW):
+        return rule[len(FOLLOW):] in nominators
+    if rule == "best-follow":
+        return bool(nominators)
+    return rule in TEACHERS
 
 #: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
 AT_RISK_WAIT_S = 3600.0
@@ -117,11 +137,118 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
 
 
 
+def _follow_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, name: str) -> int:
+    """Place the job heuristic ``name`` nominated first (its next placement), in the cheapest legal pool.
+
+    With nothing of its nominees placeable, it buys or waits like the other teachers.
+    """
+    nomination = codec.nomination
+    if nomination is None or name not in nomination.names:
+        raise ValueError(f"teacher follow:{name} needs a codec nominating with {name!r}")
+    col = codec.nomination_columns(state)[:, nomination.names.index(name)]
+    p_slots = codec.max_pools
+    pools = list(state.pools.values())[:p_slots]
+    order = sorted(range(len(pools)), key=lambda p: (0, 0.0) if pools[p].spec.kind is PoolKind.ONPREM
+                   else (1, _price(state, pools[p])))
+    for k in np.argsort(-col, kind="stable"):
+        if col[k] <= 0.0:
+            break
+        for p in order:
+            a = int(k) * p_slots + p
+            if mask[a]:
+                return a
+    if codec.preempt_slots:
+        window = codec.window_runs(state)
+        nominees = [window[int(k)] for k in np.argsort(-col, kind="stable") if col[k] > 0.0 and k < len(window)]
+        preempt = _preempt_long_action(codec, state, mask, nominees)
+        if preempt is not None:
+            return preempt
+    resplit = _mig_resplit(codec, state, mask, pools, [r for r, c in zip(codec.window_runs(state), col, strict=False)
+                                                       if c > 0.0])
+    if resplit is not None:
+        return resplit
+    return _buy_or_wait(codec, state, mask, pools, order)
+
+
+def _preempt_long_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
+                         nominees: list[JobRun]) -> int | None:
+    """Preempt the ``preempt_long`` rule's first victim for the first blocked nominee it finds one for.
+
+    None when no nominee has victims, or the victim is not in a running slot, or the mask
+    refuses the action (nothing blocked, preemption not trained).
+    """
+    from rlsched.policies.rules.preempt_long import LongJobPreemption
+
+    rule = LongJobPreemption()
+    slot_of = {r.job.job_id: i for i, r in enumerate(codec.running_runs(state))}
+    if not slot_of:
+        return None
+    for run in nominees:
+        if LongJobPreemption._fits_now(state, run):
+            continue
+        room = rule.victims(state, run)
+        if room is None:
+            continue
+        i = slot_of.get(room[1][0].job.job_id)
+        if i is not None and mask[codec.preempt_offset + i]:
+            return codec.preempt_offset + i
+    return None
+
+
+def _mig_resplit(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, pools: list[Pool],
+                 blocked: list[JobRun]) -> int | None:
+    """The heuristics' dynamic MIG re-split for ``blocked``, as a legal codec action (None: none).
+
+    A heuristic re-splits at most one GPU per (pool, layout) per pass, and its next pass
+    comes with the next event - the re-split finishing is one. The teacher decides at
+    every step without time moving, so a re-split still in progress must count as that
+    pass's: otherwise each step re-splits one more idle GPU for the same blocked job.
+    """
+    from rlsched.cluster.decisions import Reconfigure
+    from rlsched.policies.heuristics.queue import mig_reconfigurations
+
+    n_l = codec.layouts
+    if not n_l:
+        return None
+    now = state.time
+    for d in mig_reconfigurations(state, blocked):
+        if not isinstance(d, Reconfigure):
+            continue
+        target = tuple(sorted(d.layout))
+        for p, pool in enumerate(pools):
+            if d.node_id not in pool.nodes:
+                continue
+            if any(g.busy_until > now and tuple(sorted(sl.profile.name for sl in g.slices)) == target
+                   for node in pool.nodes.values() for g in node.gpus):
+                break  # this layout is already on its way in this pool
+            for li, lay in enumerate(codec.layouts_of(pool)):
+                if lay is not None and tuple(sorted(lay)) == target:
+                    a = codec.reconfigure_offset + p * n_l + li
+                    if mask[a]:
+                        return a
+    return None
+
+
+def _buy_or_wait(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, pools: list[Pool],
+                 order: list[int]) -> int:
+    """With nothing placeable: one node of the cheapest elastic pool if none provisions, else wait."""
+    if not any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
+        for p in order:
+            if pools[p].spec.kind is PoolKind.ONPREM:
+                continue
+            a = codec.scale_offset + 2 * p
+            if mask[a]:
+                return a
+    return codec.wait_action
+
+
 def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
                    w_priority: float = 0.6, w_wait: float = 0.4, rule: str = "weighted-priority") -> int:
-    """The teacher's choice (``rule``, one of :data:`TEACHERS`) among the legal actions in ``mask``."""
-    if rule not in TEACHERS:
-        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
+    """The teacher's choice (``rule``: one of :data:`TEACHERS` or ``follow:NAME``) among the legal actions."""
+    if rule.startswith(FOLLOW):
+        return _follow_action(codec, state, mask, rule[len(FOLLOW):])
+    if rule not in TEACHERS or rule == "best-follow":
+        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
     if rule == "sjf-spot-first":
         return _spot_first_action(codec, state, mask)
     k_slots, p_slots = codec.window, codec.max_pools
@@ -155,13 +282,7 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
                 if mask[a]:
                     return a
         # nothing placeable: buy capacity if no pool is already provisioning
-        if not any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
-            for p in order:
-                if pools[p].spec.kind is PoolKind.ONPREM:
-                    continue
-                a = codec.scale_offset + 2 * p
-                if mask[a]:
-                    return a
+        return _buy_or_wait(codec, state, mask, pools, order)
     del k_slots
     return codec.wait_action
 
@@ -169,31 +290,89 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
 class TeacherScheduler:
     """A teacher driven like any scheduler, through the codec (window, mask, decode).
 
-    It runs the same decision loop as :class:`~rlsched.policies.ppo.PpoScheduler`, with
+    It runs the same decision loop as :class:`~rlsched.learned.ppo.PpoScheduler`, with
     :func:`teacher_action` in place of the network, so evaluation can put "the policy
     PPO was cloned from" beside the trained policy: the clone's agreement says how well
-    it imitates, this row says what imitation alone would score.
+    it imitates, this row says what imitation alone would score. ``preempt_slots`` gives its
+    codec running slots (see the module doc for what the follow teachers do with them).
     """
 
-    def __init__(self, rule: str, window: int = 16, max_pools: int = 4, max_actions: int = 256,
-                 rules: RuleParams | None = None) -> None:
-        if rule not in TEACHERS:
-            raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS)})")
+    #: decisions at most per decision point (as the served policy's loop)
+    max_actions = 256
+
+    def __init__(self, rule: str, window: int = 16, max_pools: int = 4, rules: RuleParams | None = None,
+                 nominators: tuple[str, ...] = (), preempt_slots: int = 0) -> None:
+        if not is_teacher(rule, nominators) or rule == "best-follow":
+            raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
         self.rule = rule
         self.name = f"teacher:{rule}"
-        self.window, self.max_pools, self.max_actions = window, max_pools, max_actions
-        self.codec = ObservationCodec(window=window, max_pools=max_pools)
+        self.window, self.max_pools = window, max_pools
+        self.nominators = nominators
+        self.preempt_slots = preempt_slots
         #: the experiment's rules, run first as in the environment the teacher was rolled in
         self.rules = build_rules(rules)
+        #: the actions the rules own are masked, as in that environment
+        self._trained = TrainedActions.behind_rules(owned_actions(rules), "teacher")
+        self.codec = self._new_codec()
+
+    def _new_codec(self) -> ObservationCodec:
+        return ObservationCodec(window=self.window, max_pools=self.max_pools, nominators=self.nominators,
+                                preempt_slots=self.preempt_slots).restrict(self._trained)
 
     def reset(self, state: ClusterState) -> None:
-        self.codec = ObservationCodec(window=self.window, max_pools=self.max_pools)
+        self.codec = self._new_codec()
         for r in self.rules:
             r.reset(state)
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
-        from rlsched.policies.ppo import decide_through_codec
+        from rlsched.learned.ppo import decide_through_codec
 
         codec = self.codec
         yield from decide_through_codec(codec, state, lambda mask: teacher_action(codec, state, mask, rule=self.rule),
                                         self.max_actions, rules=self.rules)
+
+
+def best_follow_rules(envs: list[Any], nominators: tuple[str, ...], episodes: int = 3,
+                      seed: int = 0, margin: float = 0.03, jobs: int | None = None) -> list[str]:
+    """For each training environment, the ``follow:NAME`` teacher with the lowest mean JCT on it.
+
+    No heuristic is best everywhere (SJF on a small congested fleet, fair-share where a
+    few users flood the queue, weighted-priority where estimates mislead), so the
+    ``best-follow`` teacher imitates, in each training world, the nominator that
+    scheduled that world best over ``episodes`` episodes of the same seeds. The network
+    then has to learn from what it observes which ordering the moment calls for; these
+    are training worlds only, never evaluation ones.
+
+    The first nominator is the default: another one is taught only where it beats the
+    default by more than ``margin`` (a fraction of the default's mean JCT). Where orderings
+    nearly tie, a per-world pick is noise, and conflicting labels for alike states teach
+    the network a blend that is worse than either.
+
+    ``jobs`` (None: each environment's own ``episode_jobs``) sets the length of these
+    episodes: orderings only differ once a backlog builds, which a short episode may never
+    show - on 300-job episodes every teacher ties within the margin on almost every world.
+    """
+    rules = []
+    for env in envs:
+        totals: dict[str, float] = {}
+        own_jobs = env.episode_jobs if jobs is not None else None
+        if jobs is not None:
+            env.episode_jobs = jobs
+        for name in nominators:
+            rule = f"{FOLLOW}{name}"
+            total = 0.0
+            for e in range(episodes):
+                env.reset(seed=seed + e)
+                while True:
+                    a = teacher_action(env.codec, env.engine.state, env.action_masks(), rule=rule)
+                    _, _, term, trunc, info = env.step(a)
+                    if term or trunc:
+                        total += float(info.get("report", {}).get("mean_jct_s", math.inf))
+                        break
+            totals[rule] = total
+        if jobs is not None:
+            env.episode_jobs = own_jobs
+        default = f"{FOLLOW}{nominators[0]}"
+        best = min(totals, key=lambda r: totals[r])
+        rules.append(best if totals[best] < totals[default] * (1.0 - margin) else default)
+    return rules

@@ -419,7 +419,6 @@ class Tracker:
         self.run = self._stack.enter_context(start_run(experiment, run_name=run_name, params=params, tags=tags))
         self.run_id: str = str(self.run.info.run_id)
         self.experiment = experiment
-        self.last_error: str | None = None
         self._writer: Any = None
 
     def attach(self, model: Any) -> None:
@@ -451,16 +450,15 @@ class Tracker:
         """Register the model folder as a new version of ``name`` (alias ``challenger``).
 
         Returns the version, or None when registration failed: the model folder is
-        already on disk and training is over, so a registry problem is reported (logged
-        warning, :attr:`last_error`) rather than thrown away with the run; register it
-        later with ``rlsched models register FOLDER --name NAME``.
+        already on disk and training is over, so a registry problem is reported (a logged
+        warning) rather than thrown away with the run; register it later with
+        ``rlsched models register FOLDER --name NAME``.
         """
         from rlsched.train.registry import register_policy
 
         try:
             return register_policy(folder, run_id=self.run_id, name=name, tags=tags)
         except RlschedError as exc:
-            self.last_error = str(exc)
             log.warning("model not registered: %s (register later: rlsched models register %s --name %s)",
                         exc, folder, name)
             return None

@@ -13,21 +13,20 @@ import functools
 import json
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlsched.envs.trained_actions import TrainedActions
 from rlsched.errors import RlschedError
-from rlsched.train.config import RULE_PARAMS, Experiment
-from rlsched.train.evaluate import ORACLE_BOUND, comparison_markdown, evaluate, is_reference, ratio_text
-from rlsched.train.families import generated_training_worlds, trained_generator_families
-from rlsched.train.forecasting import (
+from rlsched.train.config import Experiment
+from rlsched.train.evaluate import comparison_markdown, evaluate
+from rlsched.train.families import generated_training_worlds
+from rlsched.train.forecast_fit import (
     FORECASTER_FILE,
     attach,
     error_markdown,
@@ -36,7 +35,12 @@ from rlsched.train.forecasting import (
     forecast_error,
     save_forecaster,
 )
+from rlsched.train.model_card import CardFacts, build_card, forecast_card, git_commit, model_card_markdown
 from rlsched.train.worlds import MultiWorldEnv, World, evaluation_worlds, training_worlds
+
+if TYPE_CHECKING:
+    from rlsched.envs.codec import ObservationCodec
+    from rlsched.train.tracking import Tracker
 
 
 @dataclass
@@ -50,29 +54,22 @@ class TrainResult:
     version: int | None
 
 
-#: how the card names each rule and says where it acts
-_RULE_LINES = (
-    ("deadline_guard", "deadline guard", "runs before the network at every decision point, in training and serving"),
-    ("consolidate", "node consolidation", "runs after the guard, before the network"),
-    ("preempt_long", "long-job preemption", "runs after the other rules, before the network"),
-)
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def _env_kwargs(exp: Experiment) -> dict[str, Any]:
-    return {"window": exp.window, "max_pools": exp.max_pools, "episode_jobs": exp.episode_jobs,
+    return {"window": exp.window, "max_pools": exp.max_pools, "nominators": exp.nominators,
+            **({"preempt_slots": exp.preempt_slots} if exp.preempt_slots else {}),
+            **({"extra_globals": exp.extra_globals} if exp.extra_globals else {}),
+            "episode_jobs": exp.episode_jobs,
             "reward_weights": exp.reward or None, "max_steps": 20_000, "rules": exp.rule_params()}
 
 
-def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
-    """``n_envs`` copies of the multi-world env (subprocesses unless ``vec_env: dummy``)."""
+def make_vec_env(exp: Experiment, worlds: list[World], seed: int, *, ray: str | None = None,
+                 actor_cpus: float | None = None) -> Any:
+    """``n_envs`` copies of the multi-world env (subprocesses unless ``vec_env: dummy``).
+
+    With ``ray`` (a Ray address, ``auto`` or ``HOST:PORT``) each copy lives in a Ray actor of
+    ``actor_cpus`` CPUs (:class:`~rlsched.train.ray_vec_env.RayVecEnv`), built by the same factory and
+    seed as here, so its rollouts are those of ``DummyVecEnv``.
+    """
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -87,6 +84,12 @@ def make_vec_env(exp: Experiment, worlds: list[World], seed: int) -> Any:
         return make
 
     fns = [factory(i) for i in range(exp.n_envs)]
+    if ray is not None:
+        from rlsched.ray_connect import connect
+        from rlsched.train.ray_vec_env import DEFAULT_ACTOR_CPUS, RayVecEnv
+
+        connect(ray)
+        return RayVecEnv(fns, num_cpus=DEFAULT_ACTOR_CPUS if actor_cpus is None else actor_cpus)
     if exp.vec_env == "subproc" and exp.n_envs > 1:
         return SubprocVecEnv(fns, start_method="fork" if platform.system() == "Linux" else "spawn")
     return DummyVecEnv(fns)
@@ -102,18 +105,26 @@ class TeacherData:
     returns: np.ndarray  # discounted, unscaled
 
 
-def collect_teacher(exp: Experiment, worlds: list[World], steps: int) -> TeacherData:
+def collect_teacher(exp: Experiment, worlds: list[World], steps: int,
+                    log: Callable[[str], None] = print) -> TeacherData:
     """Roll the teacher through training worlds and compute its discounted returns."""
-    from rlsched.train.teacher import teacher_action
+    from rlsched.train.teacher import best_follow_rules, teacher_action
 
     env = MultiWorldEnv(worlds, **_env_kwargs(exp))
+    rule_of: dict[int, str] = {}
+    if exp.bc.teacher == "best-follow":
+        picked = best_follow_rules(env.envs, exp.nominators, episodes=exp.bc.select_episodes,
+                                   seed=exp.seed + 20_000, jobs=exp.bc.select_jobs or None)
+        rule_of = {id(e): r for e, r in zip(env.envs, picked, strict=True)}
+        for label, rule in zip(env.labels, picked, strict=True):
+            log(f"teacher for {label}: {rule}")
     obs, _ = env.reset(seed=exp.seed + 10_000)
     observations: dict[str, list[np.ndarray]] = {k: [] for k in obs}
     masks, actions, rewards, dones = [], [], [], []
     for i in range(steps):
         inner = env.current
         mask = inner.action_masks()
-        a = teacher_action(inner.codec, inner.engine.state, mask, rule=exp.bc.teacher)
+        a = teacher_action(inner.codec, inner.engine.state, mask, rule=rule_of.get(id(inner), exp.bc.teacher))
         for k, v in obs.items():
             observations[k].append(v)
         masks.append(mask.copy())
@@ -147,21 +158,23 @@ def reward_scale_from(returns: np.ndarray) -> float:
 def imitation_weights(exp: Experiment, actions: np.ndarray, cap: float = 20.0) -> np.ndarray:
     """Per-sample weights balancing the teacher's action kinds (place per pool, scale, wait).
 
-    Buying capacity is ~4% of a spot teacher's decisions and placing on on-demand ~2%, yet
-    they decide cost and deadlines; an unweighted clone agreed on 94.6% of all decisions
-    while skipping a third of the buys. Each kind gets weight ``(1 / its frequency) ** bc.balance``
+    Buying capacity and placing on on-demand are rare among a spot teacher's decisions, yet
+    they decide cost and deadlines, and an unweighted clone agrees on almost every decision
+    while skipping many of the buys (BENCHMARKS.md, "Design notes moved from docstrings").
+    Each kind gets weight ``(1 / its frequency) ** bc.balance``
     (normalised to mean 1, capped at ``cap``): at 1 rare decisions count as much as common ones,
     which also makes the clone take them too often (a full-balance spot clone bought on-demand
     nodes in quiet hours); 0.5 is the usual compromise.
     """
-    from rlsched.envs.codec import ObservationCodec
-
-    codec = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
+    codec = _codec(exp)
     kp = codec.window * codec.max_pools
     kinds = np.where(actions == codec.wait_action, 0,
                      np.where(actions >= codec.scale_offset, 1 + (actions - codec.scale_offset),
                               np.where(actions >= kp, 1 + 2 * codec.max_pools,
                                        2 + 2 * codec.max_pools + actions % codec.max_pools)))
+    if codec.preempt_slots:  # every preempt slot is one kind (past the place kinds)
+        pre = (actions >= codec.preempt_offset) & (actions < codec.wait_action)
+        kinds = np.where(pre, 2 + 3 * codec.max_pools, kinds)
     _, inverse, counts = np.unique(kinds, return_inverse=True, return_counts=True)
     w = ((len(actions) / counts.astype(np.float64)) ** exp.bc.balance)[inverse]
     w = np.minimum(w / w.mean(), cap)
@@ -179,7 +192,9 @@ def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float
 
     A cloned actor with an untrained critic gets garbage advantages, and PPO then
     unlearns the clone in its first updates; fitting the value head to the teacher's
-    (scaled) returns avoids that. Returns teacher agreement before and after.
+    (scaled) returns avoids that. Returns teacher agreement before and after, over every
+    sample and over the *choices* only (samples with more than one legal action, where a
+    clone can depart from its teacher).
     """
     import torch
 
@@ -190,13 +205,15 @@ def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float
     ret_t = torch.as_tensor(data.returns * scale)
     w_t = torch.as_tensor(imitation_weights(exp, data.actions))
 
-    def accuracy() -> float:
+    choices = torch.as_tensor(mask_np.sum(axis=1) > 1)
+
+    def accuracy() -> tuple[float, float]:
         with torch.no_grad():
             dist = policy.get_distribution(obs_t, action_masks=mask_np)
-            pred = dist.distribution.probs.argmax(dim=1)
-        return float((pred == act_t).float().mean())
+            hit = (dist.distribution.probs.argmax(dim=1) == act_t).float()
+        return float(hit.mean()), float(hit[choices].mean()) if bool(choices.any()) else float("nan")
 
-    before = accuracy()
+    before, before_choices = accuracy()
     # The reward scale gives the returns unit *spread*, but their mean can sit hundreds of units
     # from 0 (long, costly episodes); a few hundred Adam steps cannot move the value head's bias
     # that far, and PPO would start from a critic that is off by the mean. Start it at the mean.
@@ -222,20 +239,21 @@ def behaviour_clone(model: Any, exp: Experiment, data: TeacherData, scale: float
             opt.step()
             total += float(loss.detach()) * len(idx)
         log(f"behaviour cloning epoch {epoch + 1}/{exp.bc.epochs}: loss {total / n:.4f}")
-    after = accuracy()
-    return {"bc/agreement_before": before, "bc/agreement_after": after, "bc/samples": float(n)}
+    after, after_choices = accuracy()
+    return {"bc/agreement_before": before, "bc/agreement_after": after, "bc/samples": float(n),
+            "bc/choice_agreement_before": before_choices, "bc/choice_agreement_after": after_choices,
+            "bc/choices": float(choices.sum())}
 
 
 def imitation_keeper(exp: Experiment, data: TeacherData, total_steps: int) -> Any:
     """SB3 callback: a few imitation minibatches after each rollout, annealed to 0 over the run.
 
     PPO after a behaviour clone can drift from it before the sparse reward can say which
-    way is better (measured on codec v3: the default experiment's clone at 0.996x WP went
-    to 0.998x after PPO). Keeping the teacher's cross-entropy in the objective - weighted
+    way is better. Keeping the teacher's cross-entropy in the objective - weighted
     ``bc.keep`` at the start, nothing at the end - lets PPO move where the advantage is
     clear and stay near the teacher elsewhere (the DAPG recipe, without its demonstration
-    advantages). Its effect alone is not isolated yet: on the current default recipe it
-    changed nothing (0.973x vs 0.972x), and the spot runs changed other things at once.
+    advantages). Its effect alone is not isolated (BENCHMARKS.md, "Design notes moved
+    from docstrings").
     """
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
@@ -372,12 +390,13 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
 
 def worlds_actions(worlds: list[World], exp: Experiment) -> TrainedActions:
     """The action kinds legal somewhere in the training ``worlds`` (the model folder's ``actions.json``)."""
-    from rlsched.envs.codec import ObservationCodec
+    from rlsched.policies.rules import owned_actions
 
-    layouts = ObservationCodec(window=exp.window, max_pools=exp.max_pools).layouts
-    return TrainedActions.of_fleets((w.scenario.pools for w in worlds), max_pools=exp.max_pools, layouts=layouts,
-                                    source=f"training worlds of {exp.source or exp.name}: "
-                                           + ", ".join(w.label for w in worlds))
+    layouts = _codec(exp).layouts
+    fleets = TrainedActions.of_fleets((w.scenario.pools for w in worlds), max_pools=exp.max_pools, layouts=layouts,
+                                      source=f"training worlds of {exp.source or exp.name}: "
+                                             + ", ".join(w.label for w in worlds), preempt_slots=exp.preempt_slots)
+    return fleets.without(owned_actions(exp.rule_params()))  # a rule's actions are the rule's
 
 
 def train(
@@ -389,21 +408,94 @@ def train(
     quiet: bool = False,
     track: bool = True,
 ) -> TrainResult:
-    """Train, evaluate, export and (with ``track``) log and register one policy."""
+    """Train, evaluate, export and (with ``track``) log and register one policy.
+
+    With ``exp.ray`` (a Ray address: ``auto`` or ``HOST:PORT``) the rollout environments run as Ray actors,
+    and the final evaluation's windows and the promotion gate's family replays as Ray tasks; the
+    learner, the periodic evaluation and the MLflow run stay in this process. The MLflow run is tagged
+    with the address and the number of environment actors.
+    """
+    import sb3_contrib  # noqa: F401  (without the train extra, fail before building any world)
     import torch
-    from sb3_contrib import MaskablePPO
 
-    from rlsched.policies.ppo import PolicyModel, PpoScheduler
-    from rlsched.policies.ppo_net import SlotScorer, SlotScoringPolicy
+    ray = None
+    if exp.ray:
+        from rlsched.ray_connect import connect
 
+        ray = connect(exp.ray)  # fail on a bad address before building any world
+    # the same learner threads with or without Ray: a different count may change the float sums of the
+    # updates, and a Ray run must learn what the local run learns
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(exp.n_envs, 1)))
     t_start = time.perf_counter()
+    worlds = _prepare_worlds(exp, log)
+    ckpt_dir = run_dir / "checkpoints"
+    ckpt = latest_checkpoint(ckpt_dir) if resume else None
+    if resume and ckpt is None:
+        log(f"no checkpoint in {ckpt_dir}; starting from scratch")
+    scale, data = _reward_scale(exp, run_dir, worlds.training, resumed=ckpt is not None, log=log)
+    venv = scaled(make_vec_env(exp, worlds.training, exp.seed, ray=ray), scale)
+    if ray is not None:
+        log(f"{exp.n_envs} environment actors on the Ray cluster at {ray}")
+    ray_tags = {"ray_address": ray, "ray_env_actors": str(exp.n_envs)} if ray is not None else {}
+    run = _TrainingRun(exp, worlds, log, _start_tracker(exp, ray_tags) if track and exp.mlflow.enabled else None,
+                       ray)
+    try:
+        model, bc_stats = run.model(venv, ckpt, data, scale)
+        policy = _policy_factory(model, exp, worlds.trained_actions)
+        run.learn(model, policy, ckpt_dir, data, resumed=ckpt is not None, quiet=quiet)
+        venv.close()  # the environments are done: free their workers (Ray actors' CPUs) for the gate's replays
+        train_wall = time.perf_counter() - t_start
+        ev, ho, table = run.final_evaluation(policy)
+        forecast, table = run.forecast_section(int(model.num_timesteps), table)
+        codec = _codec(exp)
+        card = build_card(exp, CardFacts(codec.signature(), [w.label for w in worlds.training],
+                                         int(model.num_timesteps), train_wall, bc_stats, ev, ho,
+                                         worlds.trained_actions, forecast))
+        out = Path(exp.output) if exp.output else run_dir / "model"
+        run.export(out, model, card, table)
+        run_id, version = run.register(out, card, codec.signature())
+        return TrainResult(out, int(model.num_timesteps), time.perf_counter() - t_start, ev, ho, run_id, version)
+    finally:
+        venv.close()
+        if run.tracker is not None:
+            run.tracker.close()
+
+
+def _codec(exp: Experiment) -> ObservationCodec:
+    """The observation codec of the experiment's network."""
+    from rlsched.envs.codec import ObservationCodec
+
+    return ObservationCodec(window=exp.window, max_pools=exp.max_pools, nominators=exp.nominators,
+                            preempt_slots=exp.preempt_slots, extra_globals=exp.extra_globals)
+
+
+@dataclass
+class _Worlds:
+    """The worlds of one training run.
+
+    Attributes:
+        training: the training worlds, the generated ones (domain randomisation) last.
+        evaluation: the evaluation windows.
+        holdout: the holdout windows (unseen shapes), possibly none.
+        trained_actions: the action kinds legal somewhere in ``training``.
+        fitted: the demand forecaster fitted per scenario (empty without ``forecast``).
+    """
+
+    training: list[World]
+    evaluation: list[World]
+    holdout: list[World]
+    trained_actions: TrainedActions
+    fitted: dict[str, Any]
+
+
+def _prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> _Worlds:
+    """Build the training, evaluation and holdout worlds; fit and attach the demand forecaster."""
     worlds = training_worlds(exp.scenarios)
     eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
     holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
     # Domain randomisation: worlds drawn from whole workload families (they run without a forecaster).
     gen = exp.generated
-    gen_worlds = generated_training_worlds(gen.count, gen.jobs, gen.seed, gen.exclude) if gen else []
+    gen_worlds = generated_training_worlds(gen.count, gen.jobs, gen.seed, gen.exclude, gen.max_nodes) if gen else []
     log(f"{len(worlds) + len(gen_worlds)} training worlds ({len(gen_worlds)} generated), {len(eval_worlds)} "
         f"evaluation windows, {len(holdout_worlds)} holdout windows")
     # The action kinds the network can learn here: written into the model folder, and masked outside
@@ -419,33 +511,74 @@ def train(
         holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
         log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
             f"training windows of {', '.join(fitted)}")
-    worlds = worlds + gen_worlds
-    ckpt_dir = run_dir / "checkpoints"
-    ckpt = latest_checkpoint(ckpt_dir) if resume else None
-    if resume and ckpt is None:
-        log(f"no checkpoint in {ckpt_dir}; starting from scratch")
+    return _Worlds(worlds + gen_worlds, eval_worlds, holdout_worlds, trained_actions, fitted)
+
+
+def _reward_scale(exp: Experiment, run_dir: Path, worlds: list[World], *, resumed: bool,
+                  log: Callable[[str], None]) -> tuple[float, TeacherData | None]:
+    """The reward scale (and the teacher's samples it was computed from, unless a resumed run reuses its own)."""
     scale_file = run_dir / "reward_scale.json"
     data = None
-    if ckpt is not None and scale_file.exists():
+    if resumed and scale_file.exists():
         scale = float(json.loads(scale_file.read_text())["reward_scale"])
     else:
-        data = collect_teacher(exp, worlds, max(exp.bc.steps, 2000))
+        data = collect_teacher(exp, worlds, max(exp.bc.steps, 2000), log)
         scale = reward_scale_from(data.returns)
         run_dir.mkdir(parents=True, exist_ok=True)
         scale_file.write_text(json.dumps({"reward_scale": scale}))
     log(f"reward scale {scale:.4g} (unit spread of the teacher's discounted returns)")
-    venv = scaled(make_vec_env(exp, worlds, exp.seed), scale)
-    tracker = None
-    if track and exp.mlflow.enabled:
-        from rlsched.train.tracking import Tracker
+    return scale, data
 
-        tracker = Tracker(exp.mlflow.experiment, run_name=exp.name, params=exp.flat_params(),
-                          tags={"git_commit": _git_commit(), "experiment_file": exp.source})
-    try:
+
+def _start_tracker(exp: Experiment, extra_tags: dict[str, str] | None = None) -> Tracker:
+    """An MLflow run for this experiment, tagged with the code's commit, the experiment file and ``extra_tags``."""
+    from rlsched.train.tracking import Tracker
+
+    return Tracker(exp.mlflow.experiment, run_name=exp.name, params=exp.flat_params(),
+                   tags={"git_commit": git_commit(), "experiment_file": exp.source, **(extra_tags or {})})
+
+
+def _policy_factory(model: Any, exp: Experiment, trained_actions: TrainedActions) -> Callable[[], Any]:
+    """A function giving the network as it is now as a scheduler (for evaluations during and after training)."""
+    from rlsched.learned.ppo import PolicyModel, PpoScheduler
+    from rlsched.learned.ppo_net import SlotScorer
+
+    def current_policy() -> PpoScheduler:
+        net = model.policy.features_extractor
+        assert isinstance(net, SlotScorer)
+        c = _codec(exp)
+        pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts,
+                              "nominators": exp.nominators, "preempt_slots": exp.preempt_slots,
+                              "extra_globals": exp.extra_globals},
+                         c.signature(), {}, trained_actions)
+        pm.rule_params = exp.rule_params()
+        return PpoScheduler(pm)
+
+    return current_policy
+
+
+@dataclass
+class _TrainingRun:
+    """The steps of :func:`train` after the worlds and the reward scale: model, learning, evaluation, export."""
+
+    exp: Experiment
+    worlds: _Worlds
+    log: Callable[[str], None]
+    tracker: Tracker | None
+    ray: str | None = None
+
+    def model(self, venv: Any, ckpt: Path | None, data: TeacherData | None,
+              scale: float) -> tuple[Any, dict[str, float]]:
+        """The network: resumed from ``ckpt``, or new and (with ``bc``) behaviour-cloned; the cloning statistics."""
+        from sb3_contrib import MaskablePPO
+
+        from rlsched.learned.ppo_net import SlotScoringPolicy
+
+        exp = self.exp
         bc_stats: dict[str, float] = {}
         if ckpt is not None:
             model = MaskablePPO.load(ckpt, env=venv, device="cpu")
-            log(f"resumed from {ckpt.name} at step {model.num_timesteps}")
+            self.log(f"resumed from {ckpt.name} at step {model.num_timesteps}")
         else:
             p = exp.ppo
             model = MaskablePPO(
@@ -455,33 +588,36 @@ def train(
                 policy_kwargs={"features_extractor_kwargs": {"n_layouts": 6, "hidden": exp.network.get("hidden", 64)}},
                 verbose=0,
             )
-            if exp.bc.steps > 0 and data is not None:
-                bc_stats = behaviour_clone(model, exp, data, scale, log)
-                log(f"behaviour cloning: teacher agreement {bc_stats['bc/agreement_before']:.1%} -> "
-                    f"{bc_stats['bc/agreement_after']:.1%} on {int(bc_stats['bc/samples'])} samples")
-        if tracker is not None:
-            tracker.attach(model)
+            if exp.init_from:
+                from rlsched.train.warm_start import warm_start
+
+                warm_start(model, exp, _codec(exp).signature(), self.log)
+            elif exp.bc.steps > 0 and data is not None:
+                bc_stats = behaviour_clone(model, exp, data, scale, self.log)
+                self.log(f"behaviour cloning: teacher agreement {bc_stats['bc/agreement_before']:.1%} -> "
+                         f"{bc_stats['bc/agreement_after']:.1%} on {int(bc_stats['bc/samples'])} samples, "
+                         f"{bc_stats['bc/choice_agreement_before']:.1%} -> "
+                         f"{bc_stats['bc/choice_agreement_after']:.1%} on the {int(bc_stats['bc/choices'])} "
+                         "with more than one legal action")
+        if self.tracker is not None:
+            self.tracker.attach(model)
             if bc_stats:
-                tracker.log_metrics(bc_stats, step=0)
+                self.tracker.log_metrics(bc_stats, step=0)
+        return model, bc_stats
 
-        def current_policy() -> PpoScheduler:
-            net = model.policy.features_extractor
-            assert isinstance(net, SlotScorer)
-            from rlsched.envs.codec import ObservationCodec
-
-            c = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
-            pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts},
-                             c.signature(), {}, trained_actions)
-            pm.rule_params = exp.rule_params()
-            return PpoScheduler(pm)
+    def learn(self, model: Any, policy: Callable[[], Any], ckpt_dir: Path, data: TeacherData | None, *,
+              resumed: bool, quiet: bool) -> None:
+        """PPO up to ``total_steps`` with checkpoints, periodic evaluation and the imitation keeper, then a
+        last checkpoint."""
+        exp = self.exp
 
         def periodic_eval(step: int) -> None:
-            res = evaluate(eval_worlds[:2], current_policy, heuristics=["weighted-priority"])
-            if tracker is not None:
-                tracker.log_eval(res["summary"], step)
+            res = evaluate(self.worlds.evaluation[:2], policy, heuristics=["weighted-priority"])
+            if self.tracker is not None:
+                self.tracker.log_eval(res["summary"], step)
             s = res["summary"]
-            log(f"step {step}: eval mean JCT ppo {s['ppo']['mean_jct_s'] / 3600:.2f} h vs "
-                f"weighted-priority {s['weighted-priority']['mean_jct_s'] / 3600:.2f} h")
+            self.log(f"step {step}: eval mean JCT ppo {s['ppo']['mean_jct_s'] / 3600:.2f} h vs "
+                     f"weighted-priority {s['weighted-priority']['mean_jct_s'] / 3600:.2f} h")
 
         remaining = max(exp.total_steps - model.num_timesteps, 0)
         cb = _Progress(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, exp.eval_every_steps,
@@ -489,88 +625,59 @@ def train(
         callbacks: Any = cb
         if exp.bc.keep > 0:
             if data is None:  # resumed: the teacher's samples are not in the checkpoint
-                data = collect_teacher(exp, worlds, max(exp.bc.steps, 2000))
+                data = collect_teacher(exp, self.worlds.training, max(exp.bc.steps, 2000), self.log)
             from stable_baselines3.common.callbacks import CallbackList
 
             callbacks = CallbackList([cb, imitation_keeper(exp, data, exp.total_steps)])
-            log(f"imitation kept during PPO: weight {exp.bc.keep:g} annealed to 0 over {exp.total_steps:,} steps")
+            self.log(f"imitation kept during PPO: weight {exp.bc.keep:g} annealed to 0 over {exp.total_steps:,} "
+                     "steps")
         if remaining:
-            model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=ckpt is None)
+            model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not resumed)
         save_checkpoint(model, ckpt_dir, model.num_timesteps)
-        train_wall = time.perf_counter() - t_start
-        log("evaluating the final policy against every heuristic ...")
-        extra: list[Any] = []
-        if exp.bc.steps > 0:
-            from rlsched.train.teacher import TeacherScheduler
 
-            # the row PPO was cloned from: did training improve on imitation?
-            extra.append(lambda: TeacherScheduler(exp.bc.teacher, exp.window, exp.max_pools,
-                                                  rules=exp.rule_params()))
-        extra.extend(ruled_baselines(exp.rule_params()))
-        ev = evaluate(eval_worlds, current_policy, bound=True, extra=extra)
-        ho = evaluate(holdout_worlds, current_policy, bound=True, extra=extra) if holdout_worlds else None
-        table = comparison_markdown(ev, f"Evaluation windows ({len(eval_worlds)})")
+    def final_evaluation(self, policy: Callable[[], Any]) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+        """The policy against every heuristic (and the teacher's and ruled rows) on the evaluation and holdout
+        windows, and the comparison tables."""
+        exp, w = self.exp, self.worlds
+        self.log("evaluating the final policy against every heuristic ...")
+        extra = [*_teacher_rows(exp), *ruled_baselines(exp.rule_params())]
+        if self.ray is not None:  # one Ray task per window; the policy travels as its PolicyModel
+            from rlsched.train.ray_evaluate import evaluate_on_ray
+
+            model = policy().model
+            ev = evaluate_on_ray(self.ray, w.evaluation, model, bound=True, extra=extra)
+            ho = evaluate_on_ray(self.ray, w.holdout, model, bound=True, extra=extra) if w.holdout else None
+        else:
+            ev = evaluate(w.evaluation, policy, bound=True, extra=extra)
+            ho = evaluate(w.holdout, policy, bound=True, extra=extra) if w.holdout else None
+        table = comparison_markdown(ev, f"Evaluation windows ({len(w.evaluation)})")
         if ho is not None:
-            table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(holdout_worlds)} windows)")
-        log(table)
-        forecast_card: dict[str, Any] | None = None
-        if fitted:
-            fc_report = forecast_error(exp, eval_worlds, fitted)
-            fc_table = error_markdown(fc_report)
-            log(fc_table)
-            table += "\n" + fc_table
-            first = exp.scenarios[0]
-            forecast_card = {
-                "model": exp.forecast.model, "horizon_s": exp.forecast.horizon_s, "file": FORECASTER_FILE,
-                "params": exp.forecast.model_params(), "saved": first.name,
-                "fitted_on": {name: {"train_window_h": next(e.train_window_h for e in exp.scenarios
-                                                            if e.name == name),
-                                     "fit_range_s": getattr(f, "fit_range", None)} for name, f in fitted.items()},
-                "error": {"baseline": fc_report["baseline"], "step_s": fc_report["step_s"],
-                          "origins": fc_report["origins"], "mean": fc_report["mean"],
-                          "windows": {k: ({"origins": v["origins"], "mean_actual": v["mean_actual"],
-                                           "model": v["forecaster"], "baseline": v["baseline"]}
-                                          if v.get("origins") else {"origins": 0})
-                                      for k, v in fc_report["windows"].items()}},
-            }
-            if tracker is not None:
-                tracker.log_metrics(error_metrics(fc_report), step=int(model.num_timesteps))
-        from rlsched.envs.codec import ObservationCodec
+            table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(w.holdout)} windows)")
+        self.log(table)
+        return ev, ho, table
 
-        codec = ObservationCodec(window=exp.window, max_pools=exp.max_pools)
-        card = {
-            "name": exp.name,
-            "description": exp.description,
-            "observation_signature": codec.signature(),
-            "experiment": exp.source,
-            "scenarios": [{"name": e.name, "scenario": e.scenario, "train_window_h": e.train_window_h,
-                           "eval_windows_h": e.eval_windows_h, "clusters": e.clusters,
-                           "load_factors": e.load_factors} for e in exp.scenarios],
-            "holdout": [{"name": e.name, "scenario": e.scenario, "eval_windows_h": e.eval_windows_h,
-                         "clusters": e.clusters, "load_factors": e.load_factors} for e in exp.holdout],
-            "training_worlds": [w.label for w in worlds],
-            "families": trained_generator_families(gen.exclude) if gen else [],
-            "generated": {"count": gen.count, "jobs": gen.jobs, "seed": gen.seed, "exclude": list(gen.exclude)}
-            if gen else None,
-            "steps": int(model.num_timesteps),
-            "seed": exp.seed,
-            "wall_s": round(train_wall, 1),
-            "behaviour_cloning": {"teacher": exp.bc.teacher, **bc_stats} if bc_stats else None,
-            "git_commit": _git_commit(),
-            "metrics": {"eval": ev["summary"], "eval_relative": ev["relative"],
-                        "holdout": ho["summary"] if ho else None,
-                        "holdout_relative": ho["relative"] if ho else None},
-            "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
-            "command": f"rlsched train {exp.source}",
-            "trained_actions": trained_actions.to_dict(),
-            "forecast": forecast_card,
-            **{name: exp.rule_params().get(name) for name in RULE_PARAMS},
-        }
-        out = Path(exp.output) if exp.output else run_dir / "model"
+    def forecast_section(self, step: int, table: str) -> tuple[dict[str, Any] | None, str]:
+        """The forecaster's error on the evaluation windows: the card's section and ``table`` with its table."""
+        fitted = self.worlds.fitted
+        if not fitted:
+            return None, table
+        report = forecast_error(self.exp, self.worlds.evaluation, fitted)
+        fc_table = error_markdown(report)
+        self.log(fc_table)
+        if self.tracker is not None:
+            self.tracker.log_metrics(error_metrics(report), step=step)
+        return forecast_card(self.exp, fitted, report), table + "\n" + fc_table
+
+    def export(self, out: Path, model: Any, card: dict[str, Any], table: str) -> None:
+        """Write the model folder: network, card (with the family gate's verdict), forecaster, MODEL_CARD.md."""
+        from rlsched.learned.ppo import PolicyModel
+
+        exp, fitted = self.exp, self.worlds.fitted
         net = model.policy.features_extractor
-        PolicyModel.save(out, net, codec, card, rules=exp.rule_params(), trained_actions=trained_actions)
+        PolicyModel.save(out, net, _codec(exp), card, rules=exp.rule_params(),
+                         trained_actions=self.worlds.trained_actions)
         if exp.gate is not None:
-            table += "\n" + _family_gate(exp, out, card, log)
+            table += "\n" + _family_gate(exp, out, card, self.log, ray=self.ray)
             (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
         stale = out / FORECASTER_FILE
         if fitted:
@@ -578,24 +685,37 @@ def train(
         elif stale.exists():
             stale.unlink()  # a model trained without a forecast must not be served with an old one
         (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
-        log(f"wrote model folder {out}")
-        run_id = version = None
-        if tracker is not None:
-            tracker.log_artifacts(out)
-            run_id = tracker.run_id
-            version = tracker.register(out, exp.mlflow.registered_model,
-                                       tags={"observation_signature": codec.signature(),
-                                             "training_data": ";".join(e.name for e in exp.scenarios)})
-            if version is not None:
-                log(f"registered {exp.mlflow.registered_model} version {version} (alias challenger)")
-                card["mlflow"] = {"run_id": run_id, "registered_model": exp.mlflow.registered_model,
-                                  "version": version}
-                (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
-        return TrainResult(out, int(model.num_timesteps), time.perf_counter() - t_start, ev, ho, run_id, version)
-    finally:
-        venv.close()
-        if tracker is not None:
-            tracker.close()
+        self.log(f"wrote model folder {out}")
+
+    def register(self, out: Path, card: dict[str, Any], signature: str) -> tuple[str | None, int | None]:
+        """Log the model folder to MLflow and register it (alias challenger); the run id and version."""
+        if self.tracker is None:
+            return None, None
+        exp = self.exp
+        self.tracker.log_artifacts(out)
+        run_id = self.tracker.run_id
+        version = self.tracker.register(out, exp.mlflow.registered_model,
+                                        tags={"observation_signature": signature,
+                                              "training_data": ";".join(e.name for e in exp.scenarios)})
+        if version is not None:
+            self.log(f"registered {exp.mlflow.registered_model} version {version} (alias challenger)")
+            card["mlflow"] = {"run_id": run_id, "registered_model": exp.mlflow.registered_model, "version": version}
+            (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+        return run_id, version
+
+
+def _teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
+    """The row(s) PPO was cloned from, for the final evaluation: did training improve on imitation?"""
+    if exp.bc.steps <= 0:
+        return []
+    from rlsched.train.teacher import FOLLOW, TeacherScheduler
+
+    def teacher(rule: str) -> Any:
+        return TeacherScheduler(rule, exp.window, exp.max_pools, rules=exp.rule_params(), nominators=exp.nominators,
+                                preempt_slots=exp.preempt_slots)
+
+    taught = [f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow" else [exp.bc.teacher]
+    return [functools.partial(teacher, rule) for rule in taught]
 
 
 def ruled_baselines(rule_params: dict[str, dict[str, Any]]) -> list[Callable[[], Any]]:
@@ -617,8 +737,10 @@ def ruled_baselines(rule_params: dict[str, dict[str, Any]]) -> list[Callable[[],
     return [functools.partial(ruled, name) for name in available()]
 
 
-def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callable[[str], None]) -> str:
-    """Judge the saved policy on the gate's workload families; store the result in ``card``; its markdown."""
+def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callable[[str], None], *,
+                 ray: str | None = None) -> str:
+    """Judge the saved policy on the gate's workload families (replays as Ray tasks with ``ray``); store the
+    result in ``card``; its markdown."""
     from rlsched.train.families import resolve
     from rlsched.train.generalisation import evaluate_families, family_checks, family_table, verdict
 
@@ -626,7 +748,8 @@ def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Calla
     fams = resolve(list(exp.gate.families))
     log(f"judging the policy on {len(fams)} workload families (promotion gate: <= 1.02x the best heuristic "
         f"on every unseen one) ...")
-    report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs)
+    report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs,
+                               ray=ray)
     card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,
                                    "skipped": report.skipped, "windows": report.windows,
                                    "settings": {"families": list(exp.gate.families), "windows": exp.gate.windows,
@@ -641,68 +764,3 @@ def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Calla
     text = "\n".join(lines)
     log(text)
     return text
-
-
-def spot_summary(card: dict[str, Any]) -> list[str]:
-    """Card lines on spot economics, when the evaluation has the on-demand-only reference.
-
-    Cost and JCT against on-demand-only capacity, deadline misses against Uniform
-    Progress (issue 6's yardstick), and every policy that is both cheaper and misses
-    no more deadlines - where a baseline wins, the card says so.
-    """
-    rel, ev = card["metrics"]["eval_relative"], card["metrics"]["eval"]
-    mine = rel.get("ppo", {})
-    if "cost_vs_ondemand" not in mine:
-        return []
-    misses = ev["ppo"]["deadline_misses"]
-    up = ev.get("uniform-progress", {}).get("deadline_misses")
-    better = sorted(p for p, r in rel.items() if p != "ppo" and not is_reference(p)
-                    and r.get("cost_vs_ondemand", float("inf")) < mine["cost_vs_ondemand"]
-                    and ev[p]["deadline_misses"] <= misses)
-    return [
-        f"Against on-demand-only capacity (`ondemand-autoscale`), mean over the evaluation windows: cost "
-        f"{mine['cost_vs_ondemand']:.3f}x, mean JCT {mine['jct_vs_ondemand']:.3f}x, {misses:.1f} deadline misses "
-        f"per window" + (f" (uniform-progress: {up:.1f})." if up is not None else "."),
-        "",
-        "Cheaper than it with no more deadline misses: " + (", ".join(better) if better else "none") + ".",
-        "",
-    ]
-
-
-def model_card_markdown(card: dict[str, Any], table: str) -> str:
-    """The human model card (MODEL_CARD.md) next to card.json."""
-    rel = card["metrics"]["eval_relative"].get("ppo", {})
-    wins = []
-    for p, s in card["metrics"]["eval"].items():
-        if p != "ppo" and not is_reference(p) and s["mean_jct_s"] < card["metrics"]["eval"]["ppo"]["mean_jct_s"]:
-            wins.append(p)
-    bound = card["metrics"]["eval_relative"].get(ORACLE_BOUND, {}).get("jct_vs_weighted_priority")
-    lines = [
-        f"# Model card: {card['name']}",
-        "",
-        card.get("description") or "",
-        "",
-        f"- observation signature: `{card['observation_signature']}`",
-        f"- produced by: `{card['command']}` (git {card['git_commit'][:12]})",
-        f"- steps: {card['steps']:,}, seed {card['seed']}, training wall time {card['wall_s']:.0f} s",
-        f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
-        f"{', ...' if len(card['training_worlds']) > 6 else ''})",
-        f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
-        *([f"- trained actions (`actions.json`; the rest is masked and left to weighted-priority when served): "
-           f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
-        *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
-        "",
-        f"On the evaluation windows the policy's mean JCT is {ratio_text(rel.get('jct_vs_weighted_priority'))}x "
-        + (f"weighted-priority's at {ratio_text(rel.get('cost_vs_weighted_priority'))}x its cost."
-           if ratio_text(rel.get("cost_vs_weighted_priority")) != "-"
-           else "weighted-priority's (which paid nothing for capacity there, so there is no cost ratio)."),
-        "",
-        "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
-        "",
-        *spot_summary(card),
-        *([f"Headroom: `{ORACLE_BOUND}` (SJF told every job's true duration - information no scheduler has) "
-           f"reaches {bound:.3f}x weighted-priority's mean JCT on these windows; it bounds what job ordering "
-           "alone can gain here and is a reference row, not a competitor.", ""] if bound is not None else []),
-        table,
-    ]
-    return "\n".join(lines) + "\n"

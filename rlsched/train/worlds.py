@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlsched.cluster.spec import format_cluster, parse_cluster
+from rlsched.cluster.shorthand import format_cluster, parse_cluster
 from rlsched.market.base import Market
 from rlsched.scenario import Scenario, apply_workload_options, load_scenario
 from rlsched.train.config import ExperimentError, ScenarioEntry

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import TextIO
 
 from rlsched.cluster.catalog import CATALOG, resolve_model_name
+from rlsched.cluster.job import Job
 from rlsched.errors import TraceError
+from rlsched.workload.trace import Trace
 
 #: Strings that real traces use for "no value" in numeric time columns.
 MISSING = frozenset({"", "nan", "NaN", "NAN", "None", "null", "NULL"})
@@ -194,6 +196,11 @@ class Tally:
         """A well-formed row that the reader drops on purpose (counted, never silent)."""
         self.skipped += 1
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def trace(self, jobs: list[Job]) -> Trace:
+        """The read trace: ``jobs`` with this tally's skip counts and how many durations are censored."""
+        return Trace(jobs, source=self.path, skipped_rows=self.skipped, skip_reasons=self.reasons,
+                     censored=sum(1 for j in jobs if j.duration_censored))
 
 
 class ModelCache:

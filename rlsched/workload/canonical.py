@@ -25,13 +25,13 @@ Choices the format leaves open, and why:
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
+import io
 from collections.abc import Iterable
 from pathlib import Path
 
 from rlsched.cluster.job import Job, JobKind
 from rlsched.errors import TraceError
+from rlsched.posix import atomic_write
 from rlsched.workload._csvio import (
     MAX_FLOAT,
     MAX_INT,
@@ -49,8 +49,6 @@ from rlsched.workload._csvio import (
 from rlsched.workload.trace import Trace
 
 REQUIRED = ("submit_time", "duration", "num_gpus")
-OPTIONAL = ("job_id", "gpu_milli", "gpu_model", "priority", "user", "preemptible", "deadline")
-EXTENSIONS = ("cpus", "mem_mib", "kind", "checkpoint_interval", "duration_censored")
 
 _TRUE = frozenset({"1", "true", "True", "TRUE", "yes"})
 _FALSE = frozenset({"0", "false", "False", "FALSE", "no", ""})
@@ -210,13 +208,7 @@ def read_canonical(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
             )
     if data_rows == 0:
         raise TraceError(src, None, None, "no job rows: the file has only a header")
-    return Trace(
-        jobs,
-        source=src,
-        skipped_rows=tally.skipped,
-        skip_reasons=tally.reasons,
-        censored=sum(1 for j in jobs if j.duration_censored),
-    )
+    return tally.trace(jobs)
 
 
 def _num(x: float) -> str:
@@ -270,20 +262,12 @@ def write_canonical(path: str | Path, jobs: Iterable[Job]) -> int:
         "duration_censored": lambda j: "1" if j.duration_censored else "0",
     }
     row_of = [getters[c] for c in cols]
-    dst = Path(path)
-    directory = dst.parent if str(dst.parent) else Path(".")
+    text = io.StringIO(newline="")
+    w = csv.writer(text, lineterminator="\n")
+    w.writerow(cols)
+    w.writerows([get(j) for get in row_of] for j in jobs)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=directory)
+        atomic_write(path, text.getvalue(), mode=0o644)  # a trace is not private: other users may read it
     except OSError as exc:
-        raise TraceError(str(path), None, None, f"cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(cols)
-            w.writerows([get(j) for get in row_of] for j in jobs)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the trace from other users
-        os.replace(tmp, dst)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise TraceError(str(path), None, None, f"cannot write: {exc.strerror or exc}") from None
     return len(jobs)

@@ -34,22 +34,19 @@ hold their GPU share for their whole lifetime. Mapping, and why:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlsched.cluster.job import Job, JobKind
-from rlsched.errors import TraceError
 from rlsched.workload._csvio import (
     MISSING,
     RowError,
     Tally,
-    header_index,
-    no_gc,
-    open_text,
     optional_float,
     parse_float,
-    rows,
     shown,
 )
+from rlsched.workload.table_reader import read_table
 from rlsched.workload.trace import Trace
 
 REQUIRED = ("instance_sn", "gpu_request", "creation_time", "scheduled_time", "deletion_time")
@@ -71,98 +68,120 @@ def read_dlrm_services(path: str | Path, *, skip_bad_rows: bool = False, window_
     Raises:
         TraceError: missing file or column, or a bad row unless ``skip_bad_rows``.
     """
-    src = str(path)
-    tally = Tally(src, skip_bad_rows)
-    parsed: list[tuple[str, float | None, float | None, float | None, int, int, float, int, str]] = []
-    latest = 0.0
-    data_rows = 0
-    with no_gc(), open_text(path) as fh:
-        it = rows(fh, src)
-        first = next(it, None)
-        if first is None:
-            raise TraceError(src, None, None, "empty file: expected a DLRM trace header")
-        header = first[1]
-        idx = header_index(header, src, REQUIRED, "DLRM trace")
-        i_sn, i_gpu = idx["instance_sn"], idx["gpu_request"]
-        i_c, i_s, i_d = idx["creation_time"], idx["scheduled_time"], idx["deletion_time"]
-        i_cpu, i_mem, i_app = idx.get("cpu_request"), idx.get("memory_request"), idx.get("app_name")
-        need = max(idx.values()) + 1
-        seen: set[str] = set()
-        for line, f in it:
-            data_rows += 1
-            if len(f) < need:
-                tally.bad(line, None, f"row has {len(f)} fields, the header has {len(header)}")
+    return read_table(path, _InstanceTable(window_end), skip_bad_rows=skip_bad_rows)
+
+
+@dataclass(frozen=True)
+class _Instance:
+    """One GPU instance row; times are None where the row leaves them outside the window."""
+
+    sn: str
+    created: float | None
+    scheduled: float | None
+    deleted: float | None
+    ngpu: int
+    milli: int
+    cpus: float
+    mem: int
+    app: str
+
+
+class _InstanceTable:
+    """The DLRM parts of :func:`~rlsched.workload.table_reader.read_table`.
+
+    Durations wait for the whole file: a still-running instance runs until the window end,
+    the latest time anywhere in the file unless given.
+    """
+
+    what = "DLRM trace"
+    required = REQUIRED
+    empty_message = "empty file: expected a DLRM trace header"
+    no_rows_message = "no instance rows: the file has only a header"
+
+    def __init__(self, window_end: float | None) -> None:
+        self.window_end = window_end
+        self.latest = 0.0
+        self.seen: set[str] = set()
+        self.cols: tuple[int, ...] = ()
+        self.optional: tuple[int | None, int | None, int | None] = (None, None, None)
+
+    def columns(self, src: str, header: list[str], index: dict[str, int]) -> int:
+        """Positions of the used columns; a row needs as many fields as the header's last named column."""
+        self.cols = tuple(index[c] for c in REQUIRED)
+        self.optional = (index.get("cpu_request"), index.get("memory_request"), index.get("app_name"))
+        return max(index.values()) + 1
+
+    def parse_row(self, line: int, fields: list[str], tally: Tally) -> _Instance | None:
+        """A GPU instance; None for a CPU-only one (counted); RowError for a bad field or instance_sn."""
+        i_sn, i_gpu, i_c, i_s, i_d = self.cols
+        i_cpu, i_mem, i_app = self.optional
+        created = optional_float(fields[i_c], "creation_time")
+        scheduled = optional_float(fields[i_s], "scheduled_time")
+        deleted = optional_float(fields[i_d], "deletion_time")
+        for t in (created, scheduled, deleted):
+            if t is not None and t > self.latest:
+                self.latest = t
+        share = _gpu_share(fields[i_gpu])
+        if share is None:
+            tally.skip(CPU_ONLY)
+            return None
+        ngpu, milli = share
+        cpus = 0.0
+        if i_cpu is not None and fields[i_cpu].strip() not in MISSING:
+            cpus = parse_float(fields[i_cpu], "cpu_request")
+        mem = 0
+        if i_mem is not None and fields[i_mem].strip() not in MISSING:
+            mem = round(parse_float(fields[i_mem], "memory_request") * 1024)
+        sn = fields[i_sn].strip()
+        if not sn or sn in self.seen:
+            raise RowError("instance_sn", "empty instance_sn" if not sn else f"duplicate instance_sn {shown(sn)}")
+        self.seen.add(sn)
+        app = fields[i_app].strip() if i_app is not None else ""
+        return _Instance(sn, created, scheduled, deleted, ngpu, milli, cpus, mem, app)
+
+    def jobs(self, src: str, parsed: list[_Instance], tally: Tally) -> list[Job]:
+        """Service jobs lasting until deletion or the window end; non-positive ones are counted and dropped."""
+        end = self.latest if self.window_end is None else self.window_end
+        jobs: list[Job] = []
+        for inst in parsed:
+            submit = 0.0 if inst.created is None else inst.created
+            began = inst.scheduled if inst.scheduled is not None else submit
+            stop = end if inst.deleted is None else inst.deleted
+            duration = stop - began
+            if duration <= 0:
+                tally.skip(NON_POSITIVE)
                 continue
-            try:
-                created = optional_float(f[i_c], "creation_time")
-                scheduled = optional_float(f[i_s], "scheduled_time")
-                deleted = optional_float(f[i_d], "deletion_time")
-                for t in (created, scheduled, deleted):
-                    if t is not None and t > latest:
-                        latest = t
-                req_text = f[i_gpu].strip()
-                request = 0.0 if req_text in MISSING else parse_float(req_text, "gpu_request")
-                if request < 0:
-                    raise RowError("gpu_request", f"gpu_request must be >= 0, got {shown(req_text)}")
-                if request == 0:
-                    tally.skip(CPU_ONLY)
-                    continue
-                if request < 1:
-                    ngpu, milli = 1, max(1, round(request * 1000))
-                elif request == 1:
-                    ngpu, milli = 1, MIG_1G_MILLI
-                elif request.is_integer():
-                    ngpu, milli = int(request), 1000
-                else:
-                    raise RowError("gpu_request", f"gpu_request above 1 must be whole GPUs, got {shown(req_text)}")
-                cpus = 0.0
-                if i_cpu is not None and f[i_cpu].strip() not in MISSING:
-                    cpus = parse_float(f[i_cpu], "cpu_request")
-                mem = 0
-                if i_mem is not None and f[i_mem].strip() not in MISSING:
-                    mem = round(parse_float(f[i_mem], "memory_request") * 1024)
-            except RowError as exc:
-                tally.bad(line, exc.column, exc.message)
-                continue
-            sn = f[i_sn].strip()
-            if not sn or sn in seen:
-                tally.bad(line, "instance_sn", "empty instance_sn" if not sn else f"duplicate instance_sn {shown(sn)}")
-                continue
-            seen.add(sn)
-            app = f[i_app].strip() if i_app is not None else ""
-            parsed.append((sn, created, scheduled, deleted, ngpu, milli, cpus, mem, app))
-    if data_rows == 0:
-        raise TraceError(src, None, None, "no instance rows: the file has only a header")
-    end = latest if window_end is None else window_end
-    jobs: list[Job] = []
-    for sn, created, scheduled, deleted, ngpu, milli, cpus, mem, app in parsed:
-        submit = 0.0 if created is None else created
-        began = scheduled if scheduled is not None else submit
-        stop = end if deleted is None else deleted
-        duration = stop - began
-        if duration <= 0:
-            tally.skip(NON_POSITIVE)
-            continue
-        # Left-censored (created before the window) or right-censored (alive at its end).
-        censored = deleted is None or created is None
-        jobs.append(
-            Job(
-                sn,
-                submit,
-                duration,
-                ngpu,
-                milli,
-                user=app,
-                cpus=cpus,
-                mem_mib=mem,
-                kind=JobKind.SERVICE,
-                duration_censored=censored,
+            # Left-censored (created before the window) or right-censored (alive at its end).
+            censored = inst.deleted is None or inst.created is None
+            jobs.append(
+                Job(
+                    inst.sn,
+                    submit,
+                    duration,
+                    inst.ngpu,
+                    inst.milli,
+                    user=inst.app,
+                    cpus=inst.cpus,
+                    mem_mib=inst.mem,
+                    kind=JobKind.SERVICE,
+                    duration_censored=censored,
+                )
             )
-        )
-    return Trace(
-        jobs,
-        source=src,
-        skipped_rows=tally.skipped,
-        skip_reasons=tally.reasons,
-        censored=sum(1 for j in jobs if j.duration_censored),
-    )
+        return jobs
+
+
+def _gpu_share(text: str) -> tuple[int, int] | None:
+    """``(num_gpus, gpu_milli)`` of a ``gpu_request`` cell, or None for a CPU-only instance."""
+    req_text = text.strip()
+    request = 0.0 if req_text in MISSING else parse_float(req_text, "gpu_request")
+    if request < 0:
+        raise RowError("gpu_request", f"gpu_request must be >= 0, got {shown(req_text)}")
+    if request == 0:
+        return None
+    if request < 1:
+        return 1, max(1, round(request * 1000))
+    if request == 1:
+        return 1, MIG_1G_MILLI
+    if request.is_integer():
+        return int(request), 1000
+    raise RowError("gpu_request", f"gpu_request above 1 must be whole GPUs, got {shown(req_text)}")

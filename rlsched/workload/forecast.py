@@ -271,8 +271,8 @@ class SmoothedSeasonal:
             ``tau_s`` at the mean rate; it decays like real evidence.
         class_prior_weight: lasting pseudo-evidence (same units) pulling each class's
             level toward the total's level. The defaults (12 h, 1.0, 0.25) were picked
-            on Philly's *training* part only (fit on its first 60%, scored on the rest):
-            ``tau_s`` of 6-24 h were within 2-3 points of each other.
+            on Philly's *training* part only, never on the windows they are scored on
+            (BENCHMARKS.md, "Design notes moved from docstrings").
         level_floor: lowest level multiplier.
         level_ceiling: highest level multiplier.
         shrink_hours: pseudo-exposure (hours at the smoother rate) added to each bucket.

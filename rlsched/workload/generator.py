@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rlsched.cluster.job import Job
-from rlsched.errors import RlschedError
+from rlsched.errors import RlschedError, name_hint
 from rlsched.workload.trace import Trace
 
 #: MIG-sized shares of one A100/H100 (x1000): 1g, 2g, 3g, 4g of 7 compute slices.
@@ -286,15 +286,11 @@ def family(name: str) -> FamilySpec:
     """The named family; :class:`GeneratorError` with a suggestion for an unknown name."""
     if name in FAMILIES:
         return FAMILIES[name]
-    import difflib
-
-    close = difflib.get_close_matches(name, FAMILIES, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise GeneratorError(f"unknown workload family {name!r}{hint}; known: {', '.join(FAMILIES)}")
+    raise GeneratorError(f"unknown workload family {name!r}{name_hint(name, FAMILIES)}; known: {', '.join(FAMILIES)}")
 
 
 def random_family(rng: np.random.Generator, *, name: str = "random",
-                  exclude: Sequence[str] = ()) -> FamilySpec:
+                  exclude: Sequence[str] = (), max_nodes: int = 128) -> FamilySpec:
     """A family drawn inside the documented ranges: domain randomisation for training.
 
     Loads 0.5-1.5, fleets of 4-128 nodes, 2-4 component duration mixtures with medians
@@ -304,14 +300,18 @@ def random_family(rng: np.random.Generator, *, name: str = "random",
     (leave-one-family-out training): ``gang`` keeps gangs out, ``bursty`` bursts,
     ``overload`` loads above 1.1 and backlogs, ``fractional`` fractions,
     ``heavy-tail`` sigmas above 1.2, ``tiny-fleet`` fleets under 8 nodes,
-    ``large-fleet`` fleets over 32 nodes, ``light`` loads under 0.7.
+    ``large-fleet`` fleets over 32 nodes, ``light`` loads under 0.7. ``max_nodes`` caps
+    the fleet (training episodes of a few hundred jobs only form queues on small fleets).
     """
     ex = set(exclude)
     unknown = ex - set(FAMILIES)
     if unknown:
         raise GeneratorError(f"unknown workload family {sorted(unknown)[0]!r} in exclude; known: {', '.join(FAMILIES)}")
     nodes_choices = [n for n in (4, 8, 16, 32, 64, 128)
-                     if not ("tiny-fleet" in ex and n < 8) and not ("large-fleet" in ex and n > 32)]
+                     if not ("tiny-fleet" in ex and n < 8) and not ("large-fleet" in ex and n > 32) and n <= max_nodes]
+    if not nodes_choices:
+        raise GeneratorError(f"max_nodes {max_nodes} leaves no fleet size to draw (4-128 nodes, "
+                             f"{'8' if 'tiny-fleet' in ex else '4'} at least with this exclude)")
     nodes = int(rng.choice(nodes_choices))
     mig = "" if "fractional" in ex or rng.random() < 0.75 else "balanced"
     mig_nodes = max(1, nodes // 4) if mig else 0

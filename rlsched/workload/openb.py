@@ -56,6 +56,7 @@ from rlsched.workload._csvio import (
     rows,
     shown,
 )
+from rlsched.workload.table_reader import read_table
 from rlsched.workload.trace import Trace
 
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -86,20 +87,26 @@ def read_openb_pods(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
         TraceError: missing file or columns, no timing columns (``multigpu50``),
             or a bad row unless ``skip_bad_rows``.
     """
-    src = str(path)
-    tally = Tally(src, skip_bad_rows)
-    jobs: list[Job] = []
-    models = ModelCache()
-    seen: set[str] = set()
-    data_rows = 0
-    with no_gc(), open_text(path) as fh:
-        it = rows(fh, src)
-        first = next(it, None)
-        if first is None:
-            raise TraceError(src, None, None, "empty file: expected an openb pod-list header")
-        header = first[1]
-        idx = header_index(header, src, POD_COLUMNS, "openb pod list")
-        missing = [c for c in TIME_COLUMNS if c not in idx]
+    return read_table(path, _PodTable(), skip_bad_rows=skip_bad_rows)
+
+
+class _PodTable:
+    """The openb pod-list parts of :func:`~rlsched.workload.table_reader.read_table`: one pod, one job."""
+
+    what = "openb pod list"
+    required = POD_COLUMNS
+    empty_message = "empty file: expected an openb pod-list header"
+    no_rows_message = "no pod rows: the file has only a header"
+
+    def __init__(self) -> None:
+        self.models = ModelCache()
+        self.seen: set[str] = set()
+        self.cols: tuple[int, ...] = ()
+        self.optional: tuple[int | None, int | None, int | None] = (None, None, None)
+
+    def columns(self, src: str, header: list[str], index: dict[str, int]) -> int:
+        """Refuse a pod list without timing columns; a row needs every pod and time column."""
+        missing = [c for c in TIME_COLUMNS if c not in index]
         if missing:
             raise TraceError(
                 src,
@@ -108,78 +115,75 @@ def read_openb_pods(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
                 "the file has no timing columns (creation_time, deletion_time, scheduled_time), so it "
                 "cannot be replayed as a trace; use a pod list with times (e.g. openb_pod_list_default.csv)",
             )
-        i_name, i_cpu, i_mem, i_ng, i_milli = (idx[c] for c in POD_COLUMNS)
-        i_create, i_delete, i_sched = (idx[c] for c in TIME_COLUMNS)
-        i_spec, i_qos, i_phase = idx.get("gpu_spec"), idx.get("qos"), idx.get("pod_phase")
-        need = max(idx[c] for c in POD_COLUMNS + TIME_COLUMNS) + 1
-        for line, f in it:
-            data_rows += 1
-            if len(f) < need:
-                tally.bad(line, None, f"row has {len(f)} fields, the header has {len(header)}")
-                continue
-            try:
-                name = f[i_name].strip()
-                if not name:
-                    raise RowError("name", "empty pod name")
-                cpu_milli = parse_float(f[i_cpu], "cpu_milli")
-                mem = parse_int(f[i_mem], "memory_mib")
-                ngpu = parse_int(f[i_ng], "num_gpu")
-                if ngpu < 0:
-                    raise RowError("num_gpu", f"num_gpu must be >= 0, got {ngpu}")
-                milli = parse_int(f[i_milli], "gpu_milli") if f[i_milli].strip() else 1000
-                if ngpu == 1:
-                    if not 1 <= milli <= 1000:
-                        raise RowError("gpu_milli", f"gpu_milli must be in 1..1000 for a 1-GPU pod, got {milli}")
-                else:
-                    milli = 1000
-                gmodels = models(f[i_spec], "gpu_spec") if i_spec is not None else frozenset()
-                qos = f[i_qos].strip() if i_qos is not None else ""
-                qos_map = _QOS_LOWER.get(qos.lower())
-                if qos_map is None:
-                    raise RowError("qos", f"unknown qos {shown(qos)}; known: {', '.join(q for q in QOS_PRIORITY if q)}")
-                created = parse_float(f[i_create], "creation_time")
-                deleted = parse_float(f[i_delete], "deletion_time")
-                scheduled = optional_float(f[i_sched], "scheduled_time")
-                began = created if scheduled is None else scheduled
-                duration = deleted - began
-                if duration < 0:
-                    col = "deletion_time"
-                    raise RowError(col, f"deletion_time {deleted:g} is before the pod started ({began:g})")
-            except RowError as exc:
-                tally.bad(line, exc.column, exc.message)
-                continue
-            if duration == 0:
-                tally.skip(ZERO_DURATION)
-                continue
-            if name in seen:
-                tally.bad(line, "name", f"duplicate pod name {shown(name)}")
-                continue
-            seen.add(name)
-            phase = f[i_phase].strip() if i_phase is not None else ""
-            jobs.append(
-                Job(
-                    name,
-                    created,
-                    duration,
-                    ngpu,
-                    milli,
-                    gmodels,
-                    priority=qos_map[0],
-                    preemptible=qos_map[1],
-                    cpus=cpu_milli / 1000.0,
-                    mem_mib=mem,
-                    duration_censored=phase.lower() == "running",
-                )
-            )
-    if data_rows == 0:
-        raise TraceError(src, None, None, "no pod rows: the file has only a header")
-    return Trace(
-        jobs,
-        source=src,
-        skipped_rows=tally.skipped,
-        skip_reasons=tally.reasons,
-        censored=sum(1 for j in jobs if j.duration_censored),
-    )
+        self.cols = tuple(index[c] for c in POD_COLUMNS + TIME_COLUMNS)
+        self.optional = (index.get("gpu_spec"), index.get("qos"), index.get("pod_phase"))
+        return max(self.cols) + 1
+
+    def parse_row(self, line: int, fields: list[str], tally: Tally) -> Job | None:
+        """The pod's job; None for a zero-duration pod (counted); RowError for a bad field or a repeated name."""
+        i_name, i_cpu, i_mem, i_ng, i_milli, i_create, i_delete, i_sched = self.cols
+        i_spec, i_qos, i_phase = self.optional
+        name = fields[i_name].strip()
+        if not name:
+            raise RowError("name", "empty pod name")
+        cpu_milli = parse_float(fields[i_cpu], "cpu_milli")
+        mem = parse_int(fields[i_mem], "memory_mib")
+        ngpu = parse_int(fields[i_ng], "num_gpu")
+        if ngpu < 0:
+            raise RowError("num_gpu", f"num_gpu must be >= 0, got {ngpu}")
+        milli = _gpu_milli(fields[i_milli], ngpu)
+        gmodels = self.models(fields[i_spec], "gpu_spec") if i_spec is not None else frozenset()
+        priority, preemptible = _qos(fields[i_qos] if i_qos is not None else "")
+        created = parse_float(fields[i_create], "creation_time")
+        deleted = parse_float(fields[i_delete], "deletion_time")
+        scheduled = optional_float(fields[i_sched], "scheduled_time")
+        began = created if scheduled is None else scheduled
+        duration = deleted - began
+        if duration < 0:
+            raise RowError("deletion_time", f"deletion_time {deleted:g} is before the pod started ({began:g})")
+        if duration == 0:
+            tally.skip(ZERO_DURATION)
+            return None
+        if name in self.seen:
+            raise RowError("name", f"duplicate pod name {shown(name)}")
+        self.seen.add(name)
+        phase = fields[i_phase].strip() if i_phase is not None else ""
+        return Job(
+            name,
+            created,
+            duration,
+            ngpu,
+            milli,
+            gmodels,
+            priority=priority,
+            preemptible=preemptible,
+            cpus=cpu_milli / 1000.0,
+            mem_mib=mem,
+            duration_censored=phase.lower() == "running",
+        )
+
+    def jobs(self, src: str, parsed: list[Job], tally: Tally) -> list[Job]:
+        """The pods' jobs as parsed."""
+        return parsed
+
+
+def _gpu_milli(text: str, ngpu: int) -> int:
+    """A 1-GPU pod's share of its GPU (default a whole one); multi-GPU pods take whole GPUs."""
+    milli = parse_int(text, "gpu_milli") if text.strip() else 1000
+    if ngpu != 1:
+        return 1000
+    if not 1 <= milli <= 1000:
+        raise RowError("gpu_milli", f"gpu_milli must be in 1..1000 for a 1-GPU pod, got {milli}")
+    return milli
+
+
+def _qos(text: str) -> tuple[int, bool]:
+    """``(priority, preemptible)`` of a qos cell (see :data:`QOS_PRIORITY`)."""
+    qos = text.strip()
+    mapped = _QOS_LOWER.get(qos.lower())
+    if mapped is None:
+        raise RowError("qos", f"unknown qos {shown(qos)}; known: {', '.join(q for q in QOS_PRIORITY if q)}")
+    return mapped
 
 
 def _pool_name(model: str, gpus: int) -> str:

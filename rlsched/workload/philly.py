@@ -27,6 +27,7 @@ from pathlib import Path
 from rlsched.cluster.job import Job
 from rlsched.errors import TraceError
 from rlsched.workload._csvio import RowError, Tally, header_index, no_gc, open_text, parse_float, parse_int, rows, shown
+from rlsched.workload.table_reader import read_table
 from rlsched.workload.trace import Trace
 
 REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
@@ -77,43 +78,57 @@ def read_philly(path: str | Path, *, virtual_cluster: str | None = None, skip_ba
         TraceError: missing file or column, a bad row (unless skipped), or a
             ``virtual_cluster`` with no jobs (the message lists the VCs there are).
     """
-    src = str(path)
-    tally = Tally(src, skip_bad_rows)
-    parsed: list[tuple[int, float, float, int, str]] = []
-    vcs: dict[str, int] = {}
-    with no_gc(), open_text(path) as fh:
-        it = rows(fh, src)
-        first = next(it, None)
-        if first is None:
-            raise TraceError(src, None, None, "empty file: expected a Philly header row and job rows")
-        idx = header_index(first[1], src, REQUIRED, "Philly trace")
-        i_ts, i_dur, i_ng, i_vc = idx["timestamp"], idx["duration"], idx["num_gpus"], idx["cluster"]
-        need = max(i_ts, i_dur, i_ng, i_vc) + 1
-        for line, f in it:
-            if len(f) < need:
-                tally.bad(line, None, f"row has {len(f)} fields, the header has {len(first[1])}")
-                continue
-            vc = f[i_vc].strip()
-            vcs[vc] = vcs.get(vc, 0) + 1
-            if virtual_cluster is not None and vc != virtual_cluster:
-                continue
-            try:
-                ts = _timestamp(f[i_ts])
-                duration = parse_float(f[i_dur], "duration")
-                if duration <= 0:
-                    raise RowError("duration", f"duration must be > 0, got {duration:g}")
-                ngpu = parse_int(f[i_ng], "num_gpus")
-                if ngpu < 0:
-                    raise RowError("num_gpus", f"num_gpus must be >= 0, got {ngpu}")
-            except RowError as exc:
-                tally.bad(line, exc.column, exc.message)
-                continue
-            parsed.append((line, ts, duration, ngpu, vc))
-    if not vcs:
-        raise TraceError(src, None, None, "no job rows: the file has only a header")
-    if virtual_cluster is not None and virtual_cluster not in vcs:
-        known = ", ".join(f"{k} ({v})" for k, v in sorted(vcs.items(), key=lambda kv: -kv[1]))
-        raise TraceError(src, None, "cluster", f"no jobs for virtual cluster {shown(virtual_cluster)}; known: {known}")
-    t0 = min((p[1] for p in parsed), default=0.0)
-    jobs = [Job(f"philly-{line}", ts - t0, duration, ngpu, user=vc) for line, ts, duration, ngpu, vc in parsed]
-    return Trace(jobs, source=src, skipped_rows=tally.skipped, skip_reasons=tally.reasons)
+    return read_table(path, _PhillyTable(virtual_cluster), skip_bad_rows=skip_bad_rows)
+
+
+#: One good row: (physical line, submission since 1970, duration, GPUs, virtual cluster).
+_PhillyRow = tuple[int, float, float, int, str]
+
+
+class _PhillyTable:
+    """The Philly parts of :func:`~rlsched.workload.table_reader.read_table`.
+
+    Rows of every virtual cluster are counted (an unknown ``virtual_cluster`` is reported
+    with the ones there are); only the selected cluster's rows are parsed.
+    """
+
+    what = "Philly trace"
+    required = REQUIRED
+    empty_message = "empty file: expected a Philly header row and job rows"
+    no_rows_message = None  # checked in jobs(): a file whose rows are all short has no job rows either
+
+    def __init__(self, virtual_cluster: str | None) -> None:
+        self.virtual_cluster = virtual_cluster
+        self.vcs: dict[str, int] = {}
+        self.i_ts = self.i_dur = self.i_ng = self.i_vc = 0
+
+    def columns(self, src: str, header: list[str], index: dict[str, int]) -> int:
+        """Positions of the four used columns; a row needs all of them."""
+        self.i_ts, self.i_dur, self.i_ng, self.i_vc = (index[c] for c in REQUIRED)
+        return max(self.i_ts, self.i_dur, self.i_ng, self.i_vc) + 1
+
+    def parse_row(self, line: int, fields: list[str], tally: Tally) -> _PhillyRow | None:
+        """The row's job fields, or None for another virtual cluster's row."""
+        vc = fields[self.i_vc].strip()
+        self.vcs[vc] = self.vcs.get(vc, 0) + 1
+        if self.virtual_cluster is not None and vc != self.virtual_cluster:
+            return None
+        ts = _timestamp(fields[self.i_ts])
+        duration = parse_float(fields[self.i_dur], "duration")
+        if duration <= 0:
+            raise RowError("duration", f"duration must be > 0, got {duration:g}")
+        ngpu = parse_int(fields[self.i_ng], "num_gpus")
+        if ngpu < 0:
+            raise RowError("num_gpus", f"num_gpus must be >= 0, got {ngpu}")
+        return line, ts, duration, ngpu, vc
+
+    def jobs(self, src: str, parsed: list[_PhillyRow], tally: Tally) -> list[Job]:
+        """Jobs submitted relative to the earliest selected row, after the checks that need every row."""
+        if not self.vcs:
+            raise TraceError(src, None, None, "no job rows: the file has only a header")
+        if self.virtual_cluster is not None and self.virtual_cluster not in self.vcs:
+            known = ", ".join(f"{k} ({v})" for k, v in sorted(self.vcs.items(), key=lambda kv: -kv[1]))
+            raise TraceError(src, None, "cluster",
+                             f"no jobs for virtual cluster {shown(self.virtual_cluster)}; known: {known}")
+        t0 = min((p[1] for p in parsed), default=0.0)
+        return [Job(f"philly-{line}", ts - t0, duration, ngpu, user=vc) for line, ts, duration, ngpu, vc in parsed]

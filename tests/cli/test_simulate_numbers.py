@@ -106,7 +106,7 @@ def test_columns_that_are_zero_everywhere_go_first() -> None:
 
 def test_no_cost_ratio_against_a_weighted_priority_that_paid_nothing() -> None:
     """On an on-prem fleet nothing is bought: the evaluation table shows '-' for cost vs WP, not 1.000."""
-    from rlsched.cluster.spec import parse_cluster
+    from rlsched.cluster.shorthand import parse_cluster
     from rlsched.scenario import Scenario, build_market, load_jobs
     from rlsched.train.evaluate import evaluate
     from rlsched.train.worlds import World

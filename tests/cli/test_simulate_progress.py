@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from rlsched.cli.simulate_cmd import sim_clock
+from rlsched.cli.simulation import sim_clock
 from rlsched.policies import make_policy
 from rlsched.sim import Engine
 from tests.sim.helpers import FakeMarket, job, pool

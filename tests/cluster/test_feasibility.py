@@ -10,20 +10,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlsched.cluster.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, GpuModel, MigProfile, gpu_model
+from rlsched.cluster.decisions import Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import (
     candidates,
+    check_decision,
     check_placement,
-    fits_cluster,
+    fits_pool_spec,
     legal_layout,
     named_layouts,
     pack_layout,
+    place_mig_devices,
     profile_for,
     reconfigure_check,
     resolve_layout,
+    scale_down_room,
+    scale_up_room,
+    stoppable_nodes,
     unschedulable_reason,
 )
 from rlsched.cluster.job import Job
-from rlsched.cluster.model import ClusterState, JobRun, Placement, PoolKind, PoolSpec, Sharing
+from rlsched.cluster.model import ClusterState, JobRun, MarketQuote, NodeStatus, Placement, PoolKind, PoolSpec, Sharing
 from rlsched.errors import ClusterSpecError, UnknownGpuModelError
 
 MIG_MODELS = ("A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB")
@@ -421,13 +427,107 @@ def test_reconfiguring_gpu_accepts_nothing_and_reconfigure_check() -> None:
 def test_unschedulable_reasons() -> None:
     pools = [_pool("ex", Sharing.EXCLUSIVE, nodes=2, gpus=4),
              _pool("spot", Sharing.EXCLUSIVE, kind=PoolKind.SPOT, nodes=1, gpus=8, model=H100)]
-    assert not fits_cluster(Job("a", 0, 1, num_gpus=9), pools)
+    assert not any(fits_pool_spec(Job("a", 0, 1, num_gpus=9), p) for p in pools)
     assert "9 GPUs" in unschedulable_reason(Job("a", 0, 1, num_gpus=9), pools)
     h100_only = Job("b", 0, 1, num_gpus=1, gpu_models=frozenset({"H100-80GB"}))
-    assert not fits_cluster(h100_only, pools)
+    assert not any(fits_pool_spec(h100_only, p) for p in pools)
     assert "not preemptible" in unschedulable_reason(h100_only, pools)
-    assert fits_cluster(replace(h100_only, preemptible=True), pools)
+    assert any(fits_pool_spec(replace(h100_only, preemptible=True), p) for p in pools)
     v100 = Job("c", 0, 1, num_gpus=1, gpu_models=frozenset({"V100-32GB"}))
     assert "allowed GPU model" in unschedulable_reason(v100, pools)
     assert unschedulable_reason(Job("d", 0, 1, num_gpus=0), pools) == "asks for no GPU"
-    assert fits_cluster(Job("e", 0, 1, num_gpus=8), pools)  # gang over the two 4-GPU nodes
+    assert any(fits_pool_spec(Job("e", 0, 1, num_gpus=8), p) for p in pools)  # gang over the two 4-GPU nodes
+
+
+# --------------------------------------------------------------------------- MIG device requests (backends)
+
+
+def test_place_mig_devices_places_what_pack_layout_places() -> None:
+    placed = place_mig_devices(H100, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1, "7g.80gb": 0}, "NVIDIA H100")
+    assert placed == pack_layout(H100, ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"])
+    assert place_mig_devices(H100, {}, "NVIDIA H100") == []
+
+
+def test_place_mig_devices_refusals_name_gpu_and_model() -> None:
+    fit = r'MIG layout \{"1g.10gb"=8\} does not fit one NVIDIA H100 \(H100-80GB\)'
+    with pytest.raises(ClusterSpecError, match=fit):
+        place_mig_devices(H100, {"1g.10gb": 8}, "NVIDIA H100")
+    with pytest.raises(UnknownGpuModelError, match=r"MIG profile '1g\.5gb' does not exist on H100-80GB"):
+        place_mig_devices(H100, {"1g.5gb": 1}, "NVIDIA H100")
+    for bad in (-1, 1.0, True, "2"):
+        with pytest.raises(ClusterSpecError, match="must be an integer >= 0"):
+            place_mig_devices(H100, {"1g.10gb": bad}, "NVIDIA H100")  # type: ignore[dict-item]
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def _elastic(name: str, kind: PoolKind, *, lo: int = 0, hi: int = 3) -> PoolSpec:
+    return PoolSpec(name=name, kind=kind, model=A100, gpus_per_node=2, min_nodes=lo, max_nodes=hi)
+
+
+def _hybrid() -> ClusterState:
+    """One on-prem node (a job queued, one running), an empty spot pool and an on-demand pool with one node."""
+    state = _state([_pool("op", Sharing.EXCLUSIVE), _elastic("spot", PoolKind.SPOT), _elastic("od", PoolKind.ONDEMAND)])
+    state.add_node("od", 0.0, 0.0)
+    state.time = 50.0
+    state.enqueue(JobRun(Job("q", 0.0, 10.0, num_gpus=1)))
+    run = JobRun(Job("r", 0.0, 10.0, num_gpus=1))
+    (op,) = [n for n in state.nodes.values() if n.pool == "op"]
+    state.allocate(run, Placement("op", ((op.id, 0),)))
+    state.running["r"] = run
+    return state
+
+
+def test_scale_up_room_reads_spot_availability_from_the_quotes() -> None:
+    state = _hybrid()
+    spot, od, op = state.pools["spot"], state.pools["od"], state.pools["op"]
+    assert (scale_up_room(state, spot), scale_up_room(state, od), scale_up_room(state, op)) == (3, 2, 0)
+    state.quotes["spot"] = MarketQuote(1.0, 3.0, spot_available_nodes=1)
+    assert scale_up_room(state, spot) == 1
+    assert check_decision(state, Scale("spot", 5)) is None  # legal; it adds what the room allows
+    state.add_node("spot", 50.0, 60.0)
+    assert scale_up_room(state, spot) == 0
+    assert check_decision(state, Scale("spot", 1)) == "pool spot cannot grow (max 3, held 1, spot available 1)"
+    state.quotes["od"] = MarketQuote(3.0, 3.0, spot_available_nodes=0)  # availability only binds spot pools
+    assert check_decision(state, Scale("od", 1)) is None
+    assert check_decision(state, Scale("op", 1)) == "pool op is on-prem and cannot scale"
+    assert check_decision(state, Scale("nope", 1)) == "unknown pool 'nope'"
+    assert check_decision(state, Scale("od", 0)) == "scale by 0"
+
+
+def test_scale_down_stops_provisioning_then_idle_nodes_above_the_minimum() -> None:
+    state = _hybrid()
+    od = state.pools["od"]
+    (idle,) = od.nodes.values()
+    assert stoppable_nodes(od) == [idle] and scale_down_room(od) == 1
+    assert check_decision(state, Scale("od", -1)) is None
+    coming = state.add_node("od", 50.0, 100.0)
+    assert coming.status is NodeStatus.PROVISIONING
+    assert stoppable_nodes(od) == [coming, idle] and scale_down_room(od) == 2
+    run = JobRun(Job("b", 0.0, 10.0, num_gpus=1))
+    state.allocate(run, Placement("od", ((idle.id, 0),)))
+    assert stoppable_nodes(od) == [coming]
+    state.remove_node(coming)
+    assert scale_down_room(od) == 0
+    assert check_decision(state, Scale("od", -1)) == "pool od has no idle node to stop"
+    floor = _state([_elastic("min", PoolKind.ONDEMAND, lo=1)])  # starts with its one idle node
+    assert len(floor.nodes) == 1 and scale_down_room(floor.pools["min"]) == 0
+    assert check_decision(floor, Scale("min", -1)) is not None
+    assert scale_down_room(_hybrid().pools["op"]) == 0
+
+
+def test_check_decision_for_every_kind() -> None:
+    state = _hybrid()
+    (op,) = [n.id for n in state.nodes.values() if n.pool == "op"]
+    assert check_decision(state, Place("q", Placement("op", ((op, 1),)))) is None
+    assert check_decision(state, Place("q", Placement("op", ((op, 0),)))) == f"GPU {op}/0 is full"
+    assert check_decision(state, Place("r", Placement("op", ((op, 1),)))) == "job r is not queued"
+    assert check_decision(state, Preempt("r")) is None
+    assert check_decision(state, Preempt("q")) == "job q is not running"
+    assert check_decision(state, Reconfigure(op, 0, ("7g.80gb",))) == f"GPU {op}/0 is not in MIG mode"
+    assert check_decision(state, WakeAt(50.5)) is None
+    assert check_decision(state, WakeAt(50.0)) == "wake time is not in the future"
+    assert check_decision(state, WakeAt(float("inf"))) == "wake time is not finite"
+    assert check_decision(state, WakeAt(float("nan"))) == "wake time is not finite"
+    assert check_decision(state, "hold everything") == "unknown decision 'hold everything'"  # type: ignore[arg-type]

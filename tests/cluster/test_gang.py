@@ -4,7 +4,7 @@ A job larger than one node takes ``n // G`` completely free nodes plus one node 
 ``n % G`` free GPUs under ``whole-nodes`` (the Tiresias and Lucid simulators' rule);
 ``packed`` takes any free GPUs, the nodes with the most free GPUs first. The same rule
 answers the simulator (``pool_candidates`` / ``check_placement``) and the live service
-(which gates every decision with ``runtime.guard.illegal_reason`` -> ``check_placement``).
+(which gates every decision with ``runtime.fallback.illegal_reason`` -> ``check_placement``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from rlsched.cluster.decisions import Place
 from rlsched.cluster.feasibility import check_placement, gang_candidate, gang_shape, pool_candidates
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, GangMode, JobRun, Placement, PoolKind, PoolSpec, RunState
-from rlsched.cluster.spec import format_cluster, parse_cluster
+from rlsched.cluster.shorthand import format_cluster, parse_cluster
 from rlsched.errors import ClusterSpecError, ScenarioError
-from rlsched.runtime.guard import illegal_reason
+from rlsched.runtime.fallback import illegal_reason
 
 V100 = gpu_model("V100-16GB")
 
@@ -192,7 +192,7 @@ def test_the_deadline_guard_suspends_nobody_for_a_gang_it_cannot_place(gang: Gan
     # Suspending v (the first 1-GPU victim) leaves node 0 held by x: 3 + 1 free GPUs but only one
     # whole node. Under whole-nodes the guard must not suspend it for nothing; under packed it may.
     from rlsched.cluster.feasibility import gang_fits_after
-    from rlsched.policies.deadline_guard import DeadlineGuard
+    from rlsched.policies.rules.deadline_guard import DeadlineGuard
 
     state, u = _guard_state(gang)
     guard = DeadlineGuard(preempt=True)

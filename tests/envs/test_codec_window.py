@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, JobRun
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.envs.codec import ObservationCodec
 
 

@@ -11,7 +11,7 @@ import rlsched.envs
 from rlsched.cluster.decisions import Place, Reconfigure, Scale
 from rlsched.cluster.feasibility import check_placement, pool_candidates, reconfigure_check
 from rlsched.envs import ENV_ID, GpuPoolEnv, ObservationCodec, register_envs
-from rlsched.policies.autoscale import headroom
+from rlsched.policies.heuristics.autoscale import headroom
 from rlsched.scenario import Scenario, load_scenario
 from tests.envs.conftest import SMALL, masked_action
 
@@ -110,6 +110,10 @@ def test_mask_agrees_with_feasibility(small_scenario: Scenario) -> None:
                 if mask[a]:
                     assert reconfigure_check(st, d.node_id, d.gpu_index, d.layout) is None
                 elif d.layout and p < len(pools):
+                    # masked: no GPU can take the layout, or one is being re-split to it right now
+                    if any(g.busy_until > st.time and sorted(sl.profile.name for sl in g.slices) == sorted(d.layout)
+                           for n in pools[p].nodes.values() for g in n.gpus):
+                        continue
                     for node in pools[p].nodes.values():
                         for gpu in node.gpus:
                             assert reconfigure_check(st, node.id, gpu.index, d.layout) is not None
@@ -276,3 +280,39 @@ def test_codec_on_untracked_state_is_fresh(small_scenario: Scenario) -> None:
         np.testing.assert_array_equal(fresh.mask(st), env.action_masks())
         np.testing.assert_array_equal(fresh.encode(st)["jobs"], env.codec.encode(st)["jobs"])
         np.testing.assert_array_equal(fresh.encode(st)["pools"], env.codec.encode(st)["pools"])
+
+
+def test_extra_global_estimate_error_is_opt_in_and_reads_the_estimators_own_score(small_scenario: Scenario) -> None:
+    """``extra_globals=("estimate_log_error",)`` appends one global feature; without it the layout is unchanged."""
+    import math
+
+    from rlsched.cluster.estimate import DurationEstimator
+    from rlsched.cluster.job import Job
+
+    plain = ObservationCodec()
+    extra = ObservationCodec(extra_globals=["estimate_log_error"])
+    assert extra.global_features == (*plain.global_features, "estimate_log_error")
+    assert extra.signature() != plain.signature()
+    assert plain.describe().get("extra_globals") is None and extra.describe()["extra_globals"] == ["estimate_log_error"]
+    with pytest.raises(ValueError, match="unknown extra global feature 'estimate_error'"):
+        ObservationCodec(extra_globals=["estimate_error"])
+
+    # the estimator scores each finished job against the estimate it held just before learning from it
+    est = DurationEstimator()
+    est.observe(Job("a", 0.0, 100.0, num_gpus=1, user="u"), 100.0)  # prior 1 h vs 100 s
+    assert est.log_error == pytest.approx(math.log(3600.0 / 100.0))
+    est.observe(Job("b", 0.0, 100.0, num_gpus=1, user="u"), 100.0)  # now exact
+    assert est.log_error == pytest.approx(math.log(36.0) / 2)
+    assert DurationEstimator(oracle=True).log_error == 0.0
+
+    env = GpuPoolEnv(small_scenario, extra_globals=["estimate_log_error"])
+    obs, _ = env.reset(seed=0)
+    assert obs["globals"].shape == (len(extra.global_features),)
+    for _ in range(5000):  # place what fits, else the last legal action (wait), until a job finishes
+        if env.engine.state.estimator.log_error > 0.0:
+            break
+        legal = np.flatnonzero(env.action_masks())
+        places = legal[legal < env.codec.reconfigure_offset]
+        obs, _, done, _, _ = env.step(int(places[0] if len(places) else legal[-1]))
+        assert not done
+    assert obs["globals"][-1] == pytest.approx(env.engine.state.estimator.log_error, rel=1e-6)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlsched.cluster.model import PoolKind, Sharing
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.envs import ObservationCodec
 from rlsched.envs.trained_actions import TrainedActions
 from rlsched.sim.engine import Engine
@@ -61,7 +61,7 @@ def test_the_mask_keeps_only_trained_actions_and_waiting_stays_possible() -> Non
     assert full[scale].any() and full[reconf].any() and full[1] and not full[free.wait_action]
 
     onprem_only = TrainedActions(ONPREM, frozenset(), frozenset(), frozenset(), True, "test")
-    codec = ObservationCodec(window=4, max_pools=3, layouts=6, trained=onprem_only)
+    codec = ObservationCodec(window=4, max_pools=3, layouts=6).restrict(onprem_only)
     mask = codec.mask(e.state)
     assert not mask[scale].any() and not mask[reconf].any()
     place = mask[: codec.reconfigure_offset].reshape(4, 3)
@@ -75,7 +75,7 @@ def test_the_mask_keeps_only_trained_actions_and_waiting_stays_possible() -> Non
         assert np.array_equal(arr, free.encode(e.state)[key])
 
     spot = TrainedActions(frozenset({PoolKind.SPOT}), frozenset(), frozenset({PoolKind.SPOT}), frozenset(), True, "")
-    mask = ObservationCodec(window=4, max_pools=3, layouts=6, trained=spot).mask(e.state)
+    mask = ObservationCodec(window=4, max_pools=3, layouts=6).restrict(spot).mask(e.state)
     assert mask[free.scale_offset + 2] and not mask[free.scale_offset + 3]  # spot up yes, spot down no
     assert not mask[free.scale_offset + 4]  # on-demand up: not trained
     assert mask[1] and not mask[free.wait_action]  # "big" into spot is trained and binding: no waiting

@@ -10,14 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlsched.cluster.catalog import gpu_model
+from rlsched.cluster.feasibility import pack_layout
+from rlsched.errors import RlschedError
 from rlsched.runtime.backend import BackendError, GpuInfo, GpuInUseError, MigDevice, NodeInfo
+from rlsched.runtime.nvml_backend import marketing_name, nvml_memory_mib
 from rlsched.spec.model import DisruptionDecl, LifecycleDecl, MigLayoutDecl, PolicyDecl, PoolDecl, QuotaDecl, Spec
 
 BALANCED = {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 
 
 class FakeBackend:
-    """GPUs in dicts; ``jobs`` per node drive drains; ``fail`` maps (op, host) to an error to raise once."""
+    """GPUs in dicts; ``jobs`` per node drive drains; ``fail`` maps (op, host) to an error to raise once.
+
+    A GPU dict's ``processes`` (default 0) simulates compute processes on that GPU: they count
+    as running jobs and block MIG changes on it, as on NVML. MIG layouts are checked and placed
+    with :func:`~rlsched.cluster.feasibility.pack_layout`, like the real backends.
+    """
 
     name = "fake"
 
@@ -43,14 +52,28 @@ class FakeBackend:
     def set_layout(self, host: str, index: int, layout: Mapping[str, int]) -> None:
         g = self.gpu(host, index)
         g["mig"] = g["pending"] = True
-        g["devices"] = self._make(layout)
+        g["devices"] = self._make(layout, g["model"], f"GPU {host}/{index}")
 
-    def _make(self, layout: Mapping[str, int]) -> list[tuple[str, str]]:
-        out = []
+    def _make(self, layout: Mapping[str, int], model: str, where: str) -> list[tuple[str, str, int]]:
+        """(profile, MIG UUID, placement start) per instance; BackendError if the layout is illegal."""
+        names: list[str] = []
         for prof, n in sorted(layout.items()):
-            for _ in range(n):
-                self._mig_serial += 1
-                out.append((prof, f"MIG-{self._mig_serial}"))
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise BackendError(f"{where}: MIG device count for {prof!r} must be an integer >= 0, got {n!r}")
+            names.extend([prof] * n)
+        m = gpu_model(model)
+        for name in set(names):
+            try:
+                m.profile(name)
+            except RlschedError as exc:
+                raise BackendError(f"{where}: {exc}") from None
+        placed = pack_layout(m, names)
+        if placed is None:
+            raise BackendError(f"{where}: MIG layout {dict(layout)} does not fit one {model}")
+        out = []
+        for prof_, start in placed:
+            self._mig_serial += 1
+            out.append((prof_.name, f"MIG-{self._mig_serial}", start))
         return out
 
     def _raise(self, op: str, host: str) -> None:
@@ -64,9 +87,10 @@ class FakeBackend:
         n = self.nodes[host]
         if not n["reachable"]:
             return NodeInfo(host, (), reachable=False)
-        gpus = tuple(GpuInfo(index=g["index"], uuid=g["uuid"], name="NVIDIA H100 80GB HBM3", model=g["model"],
-                             memory_mib=81559, mig_current=g["mig"], mig_pending=g["pending"],
-                             mig_devices=tuple(MigDevice(p, u, i) for i, (p, u) in enumerate(g["devices"])))
+        gpus = tuple(GpuInfo(index=g["index"], uuid=g["uuid"], name=marketing_name(g["model"]), model=g["model"],
+                             memory_mib=nvml_memory_mib(g["model"]), mig_current=g["mig"], mig_pending=g["pending"],
+                             mig_devices=tuple(MigDevice(p, u, s) for p, u, s in g["devices"]),
+                             processes=g.get("processes", 0))
                      for g in n["gpus"])
         return NodeInfo(host, gpus, reachable=True, cordoned=n["cordoned"])
 
@@ -78,33 +102,61 @@ class FakeBackend:
             raise BackendError(f"node {hostname} is unreachable")
         return self._info(hostname)
 
+    def _node(self, hostname: str) -> dict[str, Any]:
+        if hostname not in self.nodes:
+            raise BackendError(f"unknown node {hostname!r}")
+        if not self.nodes[hostname]["reachable"]:
+            raise BackendError(f"node {hostname} is unreachable")
+        return self.nodes[hostname]
+
     def cordon(self, hostname: str, on: bool) -> None:
         self._raise("cordon", hostname)
+        node = self._node(hostname)
         self.calls.append(("cordon", hostname, on))
-        self.nodes[hostname]["cordoned"] = on
+        node["cordoned"] = on
 
     def running_jobs(self, hostname: str) -> int:
-        return self.jobs.get(hostname, 0)
+        return self.jobs.get(hostname, 0) + sum(g.get("processes", 0) for g in self._node(hostname)["gpus"])
 
     def _find(self, host: str, uuid: str) -> dict[str, Any]:
-        return next(g for g in self.nodes[host]["gpus"] if g["uuid"] == uuid)
+        g = next((g for g in self._node(host)["gpus"] if g["uuid"] == uuid), None)
+        if g is None:
+            raise BackendError(f"node {host} has no GPU with UUID {uuid}")
+        return g
+
+    def _busy(self, host: str, g: Mapping[str, Any]) -> bool:
+        return bool(self.jobs.get(host) or g.get("processes", 0))
 
     def set_mig_mode(self, hostname: str, gpu_uuid: str, enabled: bool) -> None:
         self._raise("mode", hostname)
-        if self.jobs.get(hostname):
-            raise GpuInUseError(f"{hostname}: in use")
-        self.calls.append(("mode", hostname, gpu_uuid, enabled))
         g = self._find(hostname, gpu_uuid)
-        g["mig"] = g["pending"] = enabled
+        if not gpu_model(g["model"]).mig_capable:
+            raise BackendError(f"{hostname} {gpu_uuid}: MIG is not supported on this GPU")
+        if g["mig"] == g["pending"] == enabled:
+            return
+        if not enabled and g["devices"] and self._busy(hostname, g):
+            raise GpuInUseError(f"{hostname} {gpu_uuid}: in use: cannot destroy its MIG instances")
+        g["pending"] = enabled  # recorded, as nvmlDeviceSetMigMode does, even when the reset is blocked
+        if g["mig"] == enabled:
+            return  # a pending change cancelled: no reset needed
+        if self._busy(hostname, g):
+            raise GpuInUseError(f"{hostname} {gpu_uuid}: in use")
+        self.calls.append(("mode", hostname, gpu_uuid, enabled))
+        g["mig"] = enabled
         g["devices"] = []
 
     def set_mig_layout(self, hostname: str, gpu_uuid: str, devices: Mapping[str, int]) -> GpuInfo:
         self._raise("layout", hostname)
-        self.calls.append(("layout", hostname, gpu_uuid, dict(devices)))
         g = self._find(hostname, gpu_uuid)
+        if not gpu_model(g["model"]).mig_capable:
+            raise BackendError(f"{hostname} {gpu_uuid}: MIG is not supported on this GPU")
         if not g["mig"]:
-            raise BackendError("MIG disabled")
-        g["devices"] = self._make(devices)
+            raise BackendError(f"{hostname} {gpu_uuid}: MIG disabled")
+        made = self._make(devices, g["model"], f"{hostname} {gpu_uuid}")
+        if self._busy(hostname, g):
+            raise GpuInUseError(f"{hostname} {gpu_uuid}: in use")
+        self.calls.append(("layout", hostname, gpu_uuid, dict(devices)))
+        g["devices"] = made
         return next(x for x in self._info(hostname).gpus if x.uuid == gpu_uuid)
 
 

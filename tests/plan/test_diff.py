@@ -332,3 +332,22 @@ def test_adoption_lines_collapse_per_node(n: int) -> None:
         assert f"# gpu.n1/0-{n - 1} ({n} GPUs) will be adopted (layout already matches)" in text
     else:
         assert "# gpu.n1/0 will be adopted (layout already matches)" in text
+
+
+def test_prevent_destroy_recorded_only_in_state_still_blocks_every_release() -> None:
+    # The pool's block is gone from the spec: state's record of prevent_destroy is what holds.
+    be = FakeBackend({"n1": 1, "n2": 1})
+    st = applied_state(make_spec({"t": ("n1", "n2")}, prevent_destroy=("t",)), be)
+    p = plan(make_spec({}), be.inventory(), st)
+    details = [d.detail.split(", but ")[1].split(".")[0] for d in p.diagnostics]
+    assert details == ["the plan destroys it (its block was removed)",
+                       "the plan releases node n1 from it", "the plan releases node n2 from it"]
+    assert all(d.range is None for d in p.diagnostics)
+
+
+def test_moving_a_node_out_of_a_protected_pool_is_an_error() -> None:
+    be = FakeBackend({"n1": 1, "n2": 1})
+    st = applied_state(make_spec({"a": ("n1", "n2"), "b": ()}, prevent_destroy=("a",)), be)
+    p = plan(make_spec({"a": ("n1",), "b": ("n2",)}, prevent_destroy=("a",)), be.inventory(), st)
+    assert [d.detail.split(", but ")[1].split(".")[0] for d in p.diagnostics] == ["the plan moves node n2 out of it"]
+    assert by_addr(p)["node.n2"].action is Action.UPDATE

@@ -15,7 +15,7 @@ from sim.helpers import FakeMarket, Greedy, job, pool
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolKind, PoolSpec
-from rlsched.policies.consolidate import Consolidator
+from rlsched.policies.rules.consolidate import Consolidator
 from rlsched.sim.engine import Engine, SimConfig
 from rlsched.sim.metrics import Report
 
@@ -116,7 +116,7 @@ import sys
 sys.path.insert(0, {tests!r})
 from sim.helpers import FakeMarket, Greedy, job, pool
 from rlsched.cluster.model import PoolKind
-from rlsched.policies.consolidate import Consolidator
+from rlsched.policies.rules.consolidate import Consolidator
 from rlsched.sim.engine import Engine, SimConfig
 cons = Consolidator()
 jobs = [job(f"j{{i}}", 0, 10_000 if i % 3 else 1000, preemptible=True) for i in range(9)]

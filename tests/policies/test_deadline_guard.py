@@ -16,8 +16,8 @@ from sim.helpers import FakeMarket, job, pool
 from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, JobRun, PoolKind, PoolSpec
-from rlsched.policies.deadline_guard import DeadlineGuard
-from rlsched.policies.spot import place_in_tiers
+from rlsched.policies.heuristics.spot import place_in_tiers
+from rlsched.policies.rules.deadline_guard import DeadlineGuard
 from rlsched.sim.engine import Engine, SimConfig
 
 URGENT_AT = 1900.0

@@ -10,7 +10,7 @@ from rlsched.cluster.decisions import Scale
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolKind
 from rlsched.policies import make_policy
-from rlsched.policies.autoscale import QueueAutoscaler
+from rlsched.policies.heuristics.autoscale import QueueAutoscaler
 from rlsched.sim.engine import Engine, SimConfig
 from rlsched.workload.forecast import FORECAST_KEYS
 

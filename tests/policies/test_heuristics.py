@@ -11,11 +11,11 @@ from sim.helpers import FakeMarket, job, pool
 
 from rlsched.cluster.decisions import Decision, Place, Preempt, Scale
 from rlsched.cluster.model import ClusterState, PoolKind, RunState, Sharing
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.scheduler import Scheduler
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.errors import ScenarioError
 from rlsched.market import default_market
 from rlsched.policies import available, make_policy
-from rlsched.policies.base import Scheduler
 from rlsched.sim.engine import Engine, SimConfig
 from rlsched.sim.metrics import Report
 from rlsched.workload import load_trace
@@ -317,7 +317,7 @@ def test_tiresias_follows_a_job_another_rule_moved_between_its_decision_points()
     # between two of Tiresias' decision points: V is running both times, on different GPUs, and
     # Tiresias' per-node record of its candidate victims must follow it.
     from rlsched.cluster.feasibility import node_candidates
-    from rlsched.policies.tiresias import Tiresias
+    from rlsched.policies.heuristics.tiresias import Tiresias
 
     class MoveV:
         name = "move-v"
@@ -351,7 +351,7 @@ def test_tiresias_follows_a_job_another_rule_moved_between_its_decision_points()
 
 
 def test_policy_strings_set_parameters() -> None:
-    from rlsched.policies.base import parse_policy_string
+    from rlsched.policies.registry import parse_policy_string
 
     assert parse_policy_string("tiresias:thresholds=3250/7200,promote_knob=2") == (
         "tiresias", {"thresholds": (3250.0, 7200.0), "promote_knob": 2})
@@ -372,7 +372,7 @@ def test_policy_strings_set_parameters() -> None:
 
 def test_listed_parameters_are_what_a_policy_string_sets() -> None:
     """Every parameter ``rlsched policies`` lists, written back as a policy string, builds that policy."""
-    from rlsched.policies.base import available, parameters
+    from rlsched.policies.registry import available, parameters
 
     assert parameters("tiresias") == {"thresholds": "3250/7200", "promote_knob": "0", "preempt": "true"}
     assert parameters("sjf") == {"oracle": "false"}

@@ -11,7 +11,7 @@ from sim.helpers import FakeMarket, Greedy, job, pool
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import PoolSpec
-from rlsched.policies.preempt_long import LongJobPreemption
+from rlsched.policies.rules.preempt_long import LongJobPreemption
 from rlsched.sim.engine import Engine, SimConfig
 from rlsched.sim.metrics import Report
 

@@ -18,7 +18,7 @@ import pytest
 from rlsched.cluster.decisions import Decision, Place, Reconfigure, Scale
 from rlsched.cluster.model import ClusterState, PoolKind
 from rlsched.envs.trained_actions import ACTIONS_FILE, TrainedActions
-from rlsched.policies.ppo import ModelError, PolicyModel, PpoScheduler
+from rlsched.learned.ppo import ModelError, PolicyModel, PpoScheduler
 from rlsched.scenario import load_scenario
 from rlsched.sim import Engine
 

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from sim.helpers import FakeMarket, job, pool
 
-import rlsched.policies.spot
-import rlsched.policies.uniform_progress  # noqa: F401
+import rlsched.policies.heuristics.spot
+import rlsched.policies.heuristics.uniform_progress  # noqa: F401
 from rlsched.cluster.decisions import Decision, Place, Preempt
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, JobRun, PoolKind, PoolSpec
+from rlsched.cluster.scheduler import Scheduler
 from rlsched.policies import available, make_policy
-from rlsched.policies.base import Scheduler
-from rlsched.policies.spot import JOB_REPORT_COLUMNS, write_job_report
-from rlsched.policies.uniform_progress import UniformProgress, progress_view
+from rlsched.policies.heuristics.uniform_progress import UniformProgress, progress_view
 from rlsched.sim.engine import Engine, SimConfig
+from rlsched.sim.job_report import JOB_REPORT_COLUMNS, write_job_report
 from rlsched.sim.metrics import Report
 
 BASELINES = ("ondemand-static", "ondemand-autoscale", "spot-greedy", "spot-fallback", "uniform-progress")

@@ -19,6 +19,7 @@ import pytest
 from rlsched.cluster.catalog import gpu_model
 from rlsched.cluster.feasibility import profile_for
 from rlsched.runtime.audit import AuditEvent
+from rlsched.runtime.job_request import JobRequest
 from rlsched.runtime.store import (
     SCHEMA_VERSION,
     Allocation,
@@ -352,8 +353,8 @@ def test_batch_is_one_transaction_with_per_change_savepoints(store: Store) -> No
         store.mark_running(a, ALLOC, None, None)
         with pytest.raises(InvalidTransitionError):
             store.mark_finished(b, 0)  # b is queued: refused, and only this change is undone
-        rec, new = store.submit_record(["c"], idempotency_key="k")
-        again, new2 = store.submit_record(["c"], idempotency_key="k")  # sees the batch's own insert
+        rec, new = store.submit_record(JobRequest(["c"], idempotency_key="k"))
+        again, new2 = store.submit_record(JobRequest(["c"], idempotency_key="k"))  # sees the batch's own insert
         # Another connection does not see any of it before the commit.
         other = sqlite3.connect(store.path)
         assert other.execute("SELECT state FROM jobs WHERE id = ?", (a,)).fetchone()[0] == "queued"

@@ -364,3 +364,127 @@ def test_docs_work_without_internet(served: Served) -> None:
     assert "/openapi.json" in page
     status, _, _ = http("GET", served.url + "/redoc")
     assert status == 404
+
+
+def test_mode_flags_reach_the_service(tmp_path: Path) -> None:
+    spec, fleet = write_workspace(tmp_path)
+    s = start_serve(spec, fleet, tmp_path / "state", "--shadow")
+    try:
+        status, _, body = http("GET", s.url + "/v1/info", token=s.token)
+        assert status == 200 and json.loads(body)["mode"] == "shadow"
+    finally:
+        assert s.stop() == 0, s.log_text()[-3000:]
+    with pytest.raises(AssertionError, match="exclude each other"):
+        start_serve(spec, fleet, tmp_path / "state", "--shadow", "--fallback-only", log_name="both.log")
+
+
+# ---------------------------------------------------------------------- public read (--public-read)
+
+#: The reads --public-read opens, as concrete paths (the job path's id filled in by the tests).
+OPEN_READS = ("/v1/fleet", "/v1/quotas", "/v1/decisions?limit=5", "/v1/jobs", "/v1/jobs/{job}", "/v1/info",
+              "/metrics")
+
+
+def test_without_public_read_every_dashboard_read_needs_the_token(served: Served) -> None:
+    status, _, raw = submit(served, {"argv": ["true"], "gpus": 1})
+    job = json.loads(raw)["id"]
+    for path in OPEN_READS:
+        status, _, body = http("GET", served.url + path.format(job=job))
+        assert status == 401 and "missing bearer token" in detail(body), path
+    assert json.loads(http("GET", served.url + "/healthz")[2])["public_read"] is False  # the page asks no further
+
+
+@pytest.fixture(scope="module")
+def public(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("public")
+    spec, fleet = write_workspace(root)
+    s = start_serve(spec, fleet, root / "state", "--public-read")
+    yield s
+    for job in json.loads(http("GET", s.url + "/v1/jobs?state=running&state=queued", token=s.token)[2]):
+        http("POST", f"{s.url}/v1/jobs/{job['id']}/cancel", token=s.token)
+    assert s.stop() == 0, s.log_text()[-3000:]
+    assert "Traceback" not in s.log_text(), s.log_text()[-5000:]
+
+
+def test_public_read_answers_the_listed_reads_redacted(public: Served, tmp_path: Path) -> None:
+    from rlsched.service.api import PUBLIC_READS, REDACTED
+
+    assert len(PUBLIC_READS) == len(OPEN_READS)
+    assert json.loads(http("GET", public.url + "/healthz")[2])["public_read"] is True
+    secret = "--password=hunter2"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", secret]
+    status, _, raw = submit(public, {"argv": argv, "gpus": 1, "user": "alice", "cwd": str(tmp_path)},
+                            **{"Idempotency-Key": "key-hunter2"})
+    assert status == 201, raw
+    job = json.loads(raw)["id"]
+    wait_for(lambda: json.loads(http("GET", f"{public.url}/v1/jobs/{job}")[2])["state"] == "running",
+             what="the job to run")
+    for path in OPEN_READS:
+        status, _, body = http("GET", public.url + path.format(job=job))
+        assert status == 200, (path, body)
+        for hidden in (b"hunter2", str(tmp_path).encode(), str(public.state_dir).encode()):
+            assert hidden not in body, (path, hidden)
+    view = json.loads(http("GET", f"{public.url}/v1/jobs/{job}")[2])
+    assert view["state"] == "running" and view["user"] == "alice" and view["request"]["gpus"] == 1
+    assert view["request"]["argv"] == [REDACTED] and view["request"]["cwd"] == REDACTED
+    assert view["request"]["idempotency_key"] == REDACTED and view["log_path"] == REDACTED
+    listed = {j["id"]: j for j in json.loads(http("GET", public.url + "/v1/jobs")[2])}
+    assert listed[job]["request"]["argv"] == [REDACTED]
+    info = json.loads(http("GET", public.url + "/v1/info")[2])
+    assert info["state_dir"] == REDACTED and info["spec"] == REDACTED and info["backend"] == "sim:" + REDACTED
+    assert info["policy"] == "default" and info["running"] >= 1
+    fleet = json.loads(http("GET", public.url + "/v1/fleet")[2])
+    assert job in json.dumps(fleet)  # the fleet shows the job on its GPU
+
+    # a token holder still reads everything
+    view = json.loads(http("GET", f"{public.url}/v1/jobs/{job}", token=public.token)[2])
+    assert view["request"]["argv"][-1] == secret and view["request"]["cwd"] == str(tmp_path)
+    info = json.loads(http("GET", public.url + "/v1/info", token=public.token)[2])
+    assert info["state_dir"] == str(public.state_dir)
+
+
+def test_public_read_keeps_logs_audit_trace_and_changes_behind_the_token(public: Served) -> None:
+    status, _, raw = submit(public, {"argv": ["sleep", "60"], "gpus": 1})
+    job = json.loads(raw)["id"]
+    for method, path, body in (("GET", f"/v1/jobs/{job}/logs", None), ("GET", "/v1/audit", None),
+                               ("GET", f"/v1/audit?job={job}", None), ("GET", "/v1/trace", None),
+                               ("GET", "/v1/trace?with_commands=true", None),
+                               ("POST", "/v1/jobs", {"argv": ["true"]}), ("POST", f"/v1/jobs/{job}/cancel", None),
+                               ("POST", "/v1/reload", {})):
+        status, _, answer = http(method, public.url + path, body=body)
+        assert status == 401 and "missing bearer token" in detail(answer), (method, path)
+    assert json.loads(http("GET", f"{public.url}/v1/jobs/{job}")[2])["state"] in ("queued", "running")
+    for path in OPEN_READS:  # a wrong token is refused, never read as anonymous
+        status, _, answer = http("GET", public.url + path.format(job=job), token="not-the-token")
+        assert status == 401 and detail(answer) == "invalid bearer token", path
+    assert http("POST", f"{public.url}/v1/jobs/{job}/cancel", token=public.token)[0] == 200
+
+
+def test_public_read_passes_through_a_detached_start() -> None:
+    from rlsched.service.config import ServiceConfig
+    from rlsched.service.daemon import serve_argv
+
+    config = ServiceConfig(spec_paths=[Path("pool.hcl")], state_dir=Path("state"))
+    assert config.public_read is False and "--public-read" not in serve_argv(config, "127.0.0.1:0")
+    config = ServiceConfig(spec_paths=[Path("pool.hcl")], state_dir=Path("state"), public_read=True)
+    assert "--public-read" in serve_argv(config, "127.0.0.1:0")
+
+
+def test_apply_passes_public_read_to_the_service_it_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlsched.cli import plan_cmd
+    from rlsched.service import daemon
+    from rlsched.service.config import ServiceConfig
+
+    spec_path, _fleet = write_workspace(tmp_path)
+    spec = plan_cmd._load_spec([spec_path], None, None)
+    started: list[ServiceConfig] = []
+
+    def start_detached(config: ServiceConfig, listen: str) -> daemon.ServerInfo:
+        started.append(config)
+        return daemon.ServerInfo(pid=1, url="http://127.0.0.1:1", started_at=0.0, state_dir=str(config.state_dir))
+
+    monkeypatch.setattr(daemon, "find_running", lambda sd: None)
+    monkeypatch.setattr(daemon, "start_detached", start_detached)
+    for flag in (False, True):
+        plan_cmd._ensure_service(spec, [spec_path], None, tmp_path / "state", "127.0.0.1:0", public_read=flag)
+    assert [c.public_read for c in started] == [False, True]

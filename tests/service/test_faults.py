@@ -256,8 +256,8 @@ def test_mlflow_registry_going_away_while_serving(tmp_path: Path, serve: Callabl
     import torch
 
     from rlsched.envs.codec import ObservationCodec
-    from rlsched.policies.ppo import PolicyModel
-    from rlsched.policies.ppo_net import SlotScorer
+    from rlsched.learned.ppo import PolicyModel
+    from rlsched.learned.ppo_net import SlotScorer
     from rlsched.train.registry import register_policy
 
     codec = ObservationCodec()

@@ -9,9 +9,10 @@ import pytest
 from prometheus_client import generate_latest
 
 from rlsched.runtime.audit import AuditEvent
+from rlsched.runtime.job_request import JobRequest
 from rlsched.runtime.store import JobState, UnknownJobError
-from rlsched.service.config import ServiceConfig, default_state_dir
-from rlsched.service.service import AdmissionError, SubmitRequest
+from rlsched.service.admission import AdmissionError
+from rlsched.service.config import ServiceConfig, ServiceMode, default_state_dir
 from rlsched.spec.model import SpecError
 from tests.service import PY, device_overlaps, env_writer, service, sleeper, until, write_spec
 
@@ -24,15 +25,26 @@ def test_config_rejects_nonsense(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         ServiceConfig([tmp_path / "p.hcl"], tmp_path, tick_s=0)
     with pytest.raises(ValueError):
-        ServiceConfig([tmp_path / "p.hcl"], tmp_path, fallback_only=True, shadow=True)
+        ServiceConfig([tmp_path / "p.hcl"], tmp_path, mode="both")  # type: ignore[arg-type]
+    assert ServiceConfig([tmp_path / "p.hcl"], tmp_path, mode="shadow").mode is ServiceMode.SHADOW  # type: ignore[arg-type]
     cfg = ServiceConfig([tmp_path / "p.hcl"], tmp_path, variables={"n": 2, "s": "x", "b": True, "l": [1, 2]})
     assert cfg.var_args() == ["n=2", "s=x", "b=true", "l=[1, 2]"]
+
+
+def test_serve_argv_gives_the_mode_as_its_flag(tmp_path: Path) -> None:
+    from rlsched.service.daemon import serve_argv
+
+    flags = {"--shadow", "--fallback-only"}
+    for mode, want in ((ServiceMode.POLICY, set()), (ServiceMode.SHADOW, {"--shadow"}),
+                       (ServiceMode.FALLBACK_ONLY, {"--fallback-only"})):
+        argv = serve_argv(ServiceConfig([tmp_path / "p.hcl"], tmp_path, mode=mode), "127.0.0.1:0")
+        assert flags.intersection(argv) == want
 
 
 def test_submit_runs_with_exactly_the_allocated_gpu_uuids(tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
     with service(tmp_path) as svc:
-        rec = svc.submit(SubmitRequest(env_writer(out), gpus=2, user="alice"))
+        rec = svc.submit(JobRequest(env_writer(out), gpus=2, user="alice"))
         assert rec.state is JobState.QUEUED
         until(svc, lambda: svc.job_status(rec.id)["state"] == "done")
         st = svc.job_status(rec.id)
@@ -53,23 +65,23 @@ def test_submit_runs_with_exactly_the_allocated_gpu_uuids(tmp_path: Path) -> Non
 def test_mig_job_gets_its_mig_instance_uuid(tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
     with service(tmp_path) as svc:
-        rec = svc.submit(SubmitRequest(env_writer(out), mig="3g.40gb"))
+        rec = svc.submit(JobRequest(env_writer(out), mig="3g.40gb"))
         until(svc, lambda: svc.job_status(rec.id)["state"] == "done")
         st = svc.job_status(rec.id)
         (dev,) = st["devices"]
         assert dev.startswith("MIG-") and st["allocation"]["pool"] == "mig"
         assert st["allocation"]["slice_start"] is not None
         assert out.read_text() == f"{dev}|{dev}"
-        inst = {ref.uuid: ref for ref in svc._current_view().devices.values()}
+        inst = {ref.uuid: ref for ref in svc.scheduling.current_view().devices.values()}
         assert inst[dev].profile == "3g.40gb"
 
 
 def test_failed_job_keeps_its_exit_code(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
-        rec = svc.submit(SubmitRequest([PY, "-c", "import sys; sys.exit(7)"], gpus=1))
+        rec = svc.submit(JobRequest([PY, "-c", "import sys; sys.exit(7)"], gpus=1))
         until(svc, lambda: svc.job_status(rec.id)["state"] == "failed")
         assert svc.job_status(rec.id)["exit_code"] == 7
-        missing = svc.submit(SubmitRequest(["/nonexistent/program"], gpus=1))
+        missing = svc.submit(JobRequest(["/nonexistent/program"], gpus=1))
         until(svc, lambda: svc.job_status(missing.id)["state"] == "failed")
         assert svc.job_status(missing.id)["exit_code"] == 127
 
@@ -79,8 +91,8 @@ def test_cancel_queued_and_running_jobs(tmp_path: Path) -> None:
     stubborn = [PY, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 f"open({str(ready)!r}, 'w').close(); time.sleep(60)"]
     with service(tmp_path, grace_s=0.3) as svc:
-        running = svc.submit(SubmitRequest(stubborn, gpus=4))
-        queued = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        running = svc.submit(JobRequest(stubborn, gpus=4))
+        queued = svc.submit(JobRequest(sleeper(), gpus=4))
         until(svc, lambda: ready.exists())
         assert svc.job_status(queued.id)["state"] == "queued"
         assert svc.cancel(queued.id) is JobState.CANCELLED
@@ -101,10 +113,10 @@ def test_cancel_queued_and_running_jobs(tmp_path: Path) -> None:
 
 def test_pending_reason_and_position(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
-        big = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        big = svc.submit(JobRequest(sleeper(), gpus=4))
         until(svc, lambda: svc.job_status(big.id)["state"] == "running")
-        low = svc.submit(SubmitRequest(sleeper(), gpus=2, priority=1))
-        high = svc.submit(SubmitRequest(sleeper(), gpus=1, priority=5))
+        low = svc.submit(JobRequest(sleeper(), gpus=2, priority=1))
+        high = svc.submit(JobRequest(sleeper(), gpus=1, priority=5))
         svc.tick()
         st = svc.job_status(low.id)
         assert st["state"] == "queued"
@@ -122,41 +134,43 @@ def test_pending_reason_and_position(tmp_path: Path) -> None:
 def test_admission_refuses_bad_requests(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
         cases = [
-            (SubmitRequest([], gpus=1), "argv"),
-            (SubmitRequest(sleeper(), gpus=0), "gpus"),
-            (SubmitRequest(sleeper(), gpus=8), "largest node has 4"),
-            (SubmitRequest(sleeper(), gpus=1, mig="1g.10gb"), "not both"),
-            (SubmitRequest(sleeper(), mig="5g.50gb"), "unknown MIG profile"),
-            (SubmitRequest(sleeper(), mig="1g.20gb"), "smallest such profile"),
-            (SubmitRequest(sleeper(), mig="4g.40gb"), "no GPU in the fleet has a 4g.40gb"),
-            (SubmitRequest(sleeper(), gpus=1, pool="nowhere"), "unknown pool"),
-            (SubmitRequest(sleeper(), mig="1g.10gb", pool="onprem"), "does not use MIG"),
-            (SubmitRequest(sleeper(), gpus=1, deadline=1.0), "deadline"),
+            (JobRequest([], gpus=1), "argv"),
+            (JobRequest(sleeper(), gpus=0), "gpus"),
+            (JobRequest(sleeper(), gpus=8), "largest node has 4"),
+            (JobRequest(sleeper(), gpus=1, mig="1g.10gb"), "not both"),
+            (JobRequest(sleeper(), mig="5g.50gb"), "unknown MIG profile"),
+            (JobRequest(sleeper(), mig="1g.20gb"), "smallest such profile"),
+            (JobRequest(sleeper(), mig="4g.40gb"), "no GPU in the fleet has a 4g.40gb"),
+            (JobRequest(sleeper(), gpus=1, pool="nowhere"), "unknown pool"),
+            (JobRequest(sleeper(), mig="1g.10gb", pool="onprem"), "does not use MIG"),
+            (JobRequest(sleeper(), gpus=1, deadline=1.0), "deadline"),
+            (JobRequest(sleeper(), gpu_milli=500), "no gpu_milli"),
+            (JobRequest(sleeper(), gpu_models=("H100",)), "no gpu_models"),
         ]
         for req, words in cases:
             with pytest.raises(AdmissionError, match=words) as exc:
                 svc.submit(req)
             assert exc.value.kind == "invalid"
         assert svc.store.jobs() == []
-        a = svc.submit(SubmitRequest(sleeper(), gpus=1, idempotency_key="k1"))
-        assert svc.submit(SubmitRequest(sleeper(), gpus=1, idempotency_key="k1")).id == a.id
+        a = svc.submit(JobRequest(sleeper(), gpus=1, idempotency_key="k1"))
+        assert svc.submit(JobRequest(sleeper(), gpus=1, idempotency_key="k1")).id == a.id
         with pytest.raises(AdmissionError) as exc:
-            svc.submit(SubmitRequest(sleeper(), gpus=2, idempotency_key="k1"))
+            svc.submit(JobRequest(sleeper(), gpus=2, idempotency_key="k1"))
         assert exc.value.kind == "conflict"
 
 
 def test_quota_refusal_and_quota_pending_reason(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
         with pytest.raises(AdmissionError, match="quota team_a allows team-a in pool onprem at most 2 GPUs") as exc:
-            svc.submit(SubmitRequest(sleeper(), gpus=3, user="team-a"))
+            svc.submit(JobRequest(sleeper(), gpus=3, user="team-a"))
         assert exc.value.kind == "quota"
         with pytest.raises(AdmissionError, match=r"quota interns allows group:interns in pool mig no 3g\.40gb"):
-            svc.submit(SubmitRequest(sleeper(), mig="3g.40gb", user="group:interns"))
-        first = svc.submit(SubmitRequest(sleeper(), gpus=2, user="team-a"))
-        second = svc.submit(SubmitRequest(sleeper(), gpus=1, user="team-a"))
-        other = svc.submit(SubmitRequest(sleeper(), gpus=1, user="bob"))
-        s1 = svc.submit(SubmitRequest(sleeper(), mig="1g.10gb", user="group:interns"))
-        s2 = svc.submit(SubmitRequest(sleeper(), mig="1g.10gb", user="group:interns"))
+            svc.submit(JobRequest(sleeper(), mig="3g.40gb", user="group:interns"))
+        first = svc.submit(JobRequest(sleeper(), gpus=2, user="team-a"))
+        second = svc.submit(JobRequest(sleeper(), gpus=1, user="team-a"))
+        other = svc.submit(JobRequest(sleeper(), gpus=1, user="bob"))
+        s1 = svc.submit(JobRequest(sleeper(), mig="1g.10gb", user="group:interns"))
+        s2 = svc.submit(JobRequest(sleeper(), mig="1g.10gb", user="group:interns"))
         until(svc, lambda: svc.job_status(other.id)["state"] == "running")
         for _ in range(3):
             svc.tick()
@@ -183,9 +197,9 @@ def test_metrics_exposition_has_every_family(tmp_path: Path) -> None:
                      "power_w": 210.5, "ecc_double_bit": 0, "processes": 1}]
 
     with service(tmp_path) as svc:
-        svc.backend = Telemetry(svc.backend)  # type: ignore[assignment]
-        rec = svc.submit(SubmitRequest(sleeper(), mig="2g.20gb"))
-        svc.submit(SubmitRequest(sleeper(), gpus=1))
+        svc.inventory.backend = Telemetry(svc.inventory.backend)  # type: ignore[assignment]
+        rec = svc.submit(JobRequest(sleeper(), mig="2g.20gb"))
+        svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(rec.id)["state"] == "running")
         text = generate_latest(svc.registry).decode()
         for family in ("rlsched_queue_length", "rlsched_running_jobs", "rlsched_decisions_total",
@@ -207,9 +221,9 @@ def test_metrics_exposition_has_every_family(tmp_path: Path) -> None:
 
 def test_info_and_reload_keep_jobs(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
-        run = svc.submit(SubmitRequest(sleeper(), gpus=4))
+        run = svc.submit(JobRequest(sleeper(), gpus=4))
         until(svc, lambda: svc.job_status(run.id)["state"] == "running")
-        wait = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        wait = svc.submit(JobRequest(sleeper(), gpus=1))
         svc.tick()
         info = svc.info()
         assert info["policy"] == "default" and info["scheduler"] == "weighted-priority"
@@ -241,7 +255,7 @@ def test_concurrent_submissions_are_group_committed_and_mirrored(tmp_path: Path)
 
         def client(k: int) -> None:
             for i in range(25):
-                rec = svc.submit(SubmitRequest(["true"], gpus=1, user=f"u{k}", idempotency_key=f"k{k}-{i % 20}"))
+                rec = svc.submit(JobRequest(["true"], gpus=1, user=f"u{k}", idempotency_key=f"k{k}-{i % 20}"))
                 with lock:
                     ids.append(rec.id)
 
@@ -255,7 +269,7 @@ def test_concurrent_submissions_are_group_committed_and_mirrored(tmp_path: Path)
         assert stored == set(ids)
         assert svc.info()["jobs"] == svc.store.counts()
         until(svc, lambda: svc.store.counts()["done"] == 160, timeout=60)
-        assert svc.info()["jobs"] == svc.store.counts() and svc._queued == {} and svc._holding == {}
+        assert svc.info()["jobs"] == svc.store.counts() and svc.mirror.queued == {} and svc.mirror.holding == {}
         assert svc.store.check_invariants() == []
 
 
@@ -265,14 +279,14 @@ def test_reads_of_finished_jobs_do_not_wait_for_the_service_lock(tmp_path: Path)
     import threading
 
     with service(tmp_path) as svc:
-        done = [svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1)) for _ in range(3)]
+        done = [svc.submit(JobRequest([PY, "-c", "pass"], gpus=1)) for _ in range(3)]
         until(svc, lambda: all(svc.job_status(j.id)["state"] == "done" for j in done), timeout=120)
-        queued = svc.submit(SubmitRequest(sleeper(), gpus=1, pool="onprem", priority=3))
+        queued = svc.submit(JobRequest(sleeper(), gpus=1, pool="onprem", priority=3))
         held = threading.Event()
         release = threading.Event()
 
         def hold() -> None:
-            with svc._lock:
+            with svc.lock:
                 held.set()
                 release.wait(120)
 
@@ -304,10 +318,17 @@ def test_reads_of_finished_jobs_do_not_wait_for_the_service_lock(tmp_path: Path)
 def test_retention_removes_old_finished_jobs_and_their_files(tmp_path: Path) -> None:
     with service(tmp_path, history_max_jobs=2, history_max_age_s=3600.0, retention_every_s=0.2) as svc:
         svc.start()  # the retention thread sweeps in the background
-        done = [svc.submit(SubmitRequest([PY, "-c", "print('x')"], gpus=1)) for _ in range(5)]
-        held = svc.submit(SubmitRequest(sleeper(), gpus=1))
-        until(None, lambda: {r.id for r in svc.store.jobs()} == {done[3].id, done[4].id, held.id}, timeout=120)
+        done = [svc.submit(JobRequest([PY, "-c", "print('x')"], gpus=1)) for _ in range(5)]
+        held = svc.submit(JobRequest(sleeper(), gpus=1))
         logs = svc.executor.log_dir
+        # rows go in one transaction, then the mirror's counts, then the files: wait for all three
+        until(
+            None,
+            lambda: {r.id for r in svc.store.jobs()} == {done[3].id, done[4].id, held.id}
+            and not any(list(logs.glob(f"{j.id}.*")) for j in done[:3])
+            and svc.info()["jobs"]["done"] == 2,
+            timeout=120,
+        )
         for j in done[:3]:
             assert not (logs / f"{j.id}.log").exists()
             assert not list(logs.glob(f"{j.id}.*"))
@@ -326,24 +347,24 @@ def test_reload_loads_the_spec_outside_the_scheduling_lock(tmp_path: Path) -> No
 
     with service(tmp_path) as svc:
         loading, finish = threading.Event(), threading.Event()
-        real_load = svc._load_spec
+        real_load = svc.policy.load
 
         def slow_load(paths: list[Path], policy: str | None) -> object:
             loading.set()
             finish.wait(120)  # a load that lasts until the test has looked
             return real_load(paths, policy)
 
-        svc._load_spec = slow_load  # type: ignore[method-assign,assignment]
+        svc.policy.load = slow_load  # type: ignore[method-assign,assignment]
         spec = write_spec(tmp_path, scheduler="best_fit")
         out: dict[str, object] = {}
         reloader = threading.Thread(target=lambda: out.update(svc.reload([spec])))
         reloader.start()
         try:
             assert loading.wait(60)
-            got = svc._lock.acquire(timeout=60)  # the old reload held it for the whole load: this timed out
+            got = svc.lock.acquire(timeout=60)  # the old reload held it for the whole load: this timed out
             assert got, "reload held the scheduling lock while it loaded the spec"
-            svc._lock.release()
-            job = svc.submit(SubmitRequest(["true"], gpus=1))  # and a submission goes through meanwhile
+            svc.lock.release()
+            job = svc.submit(JobRequest(["true"], gpus=1))  # and a submission goes through meanwhile
             assert svc.job_status(job.id)["state"] in ("queued", "running", "done")
         finally:
             finish.set()

@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 
 from rlsched.runtime.audit import AuditEvent
 from rlsched.runtime.backend import BackendError
-from rlsched.service.service import SubmitRequest
+from rlsched.runtime.job_request import JobRequest
 from tests.service import service, set_healthy, sleeper, until
 
 
@@ -36,7 +36,7 @@ class Wrapped:
 
 def test_unhealthy_gpu_requeues_its_job_and_gets_no_new_work(tmp_path: Path) -> None:
     with service(tmp_path, grace_s=0.3) as svc:
-        job = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        job = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         (bad,) = svc.job_status(job.id)["devices"]
         set_healthy(tmp_path / "fleet.json", bad, False)
@@ -47,9 +47,9 @@ def test_unhealthy_gpu_requeues_its_job_and_gets_no_new_work(tmp_path: Path) -> 
         assert pre and "unhealthy" in pre[0].reason and pre[0].gpus == (bad,)
         assert any(r.extra.get("stage") == "requeued" for r in pre)
         # Fill every healthy GPU: the next job waits rather than using the unhealthy one.
-        filler = svc.submit(SubmitRequest(sleeper(), gpus=2))
+        filler = svc.submit(JobRequest(sleeper(), gpus=2))
         until(svc, lambda: svc.job_status(filler.id)["state"] == "running")
-        waiting = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        waiting = svc.submit(JobRequest(sleeper(), gpus=1))
         for _ in range(3):
             svc.tick()
         st = svc.job_status(waiting.id)
@@ -62,35 +62,35 @@ def test_unhealthy_gpu_requeues_its_job_and_gets_no_new_work(tmp_path: Path) -> 
 
 def test_health_event_closes_a_mig_gpu(tmp_path: Path) -> None:
     with service(tmp_path, grace_s=0.3) as svc:
-        svc.backend = Wrapped(svc.backend)  # type: ignore[assignment]
-        job = svc.submit(SubmitRequest(sleeper(), mig="3g.40gb"))
+        svc.inventory.backend = Wrapped(svc.inventory.backend)  # type: ignore[assignment]
+        job = svc.submit(JobRequest(sleeper(), mig="3g.40gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         (dev,) = svc.job_status(job.id)["devices"]
-        gpu = svc._current_view().devices[dev].gpu_uuid
-        svc.backend.events.append((gpu, "Xid 79: GPU has fallen off the bus"))  # type: ignore[attr-defined]
+        gpu = svc.scheduling.current_view().devices[dev].gpu_uuid
+        svc.inventory.backend.events.append((gpu, "Xid 79: GPU has fallen off the bus"))  # type: ignore[attr-defined]
         until(svc, lambda: svc.job_status(job.id)["attempts"] == 2 and svc.job_status(job.id)["state"] == "running")
         (dev2,) = svc.job_status(job.id)["devices"]
-        assert svc._current_view().devices[dev2].gpu_uuid != gpu
+        assert svc.scheduling.current_view().devices[dev2].gpu_uuid != gpu
         assert "Xid 79" in svc.info()["unhealthy_gpus"][gpu]
 
 
 def test_backend_and_policy_errors_do_not_stop_the_loop(tmp_path: Path) -> None:
     with service(tmp_path) as svc:
-        svc.backend = Wrapped(svc.backend)  # type: ignore[assignment]
+        svc.inventory.backend = Wrapped(svc.inventory.backend)  # type: ignore[assignment]
         svc.tick()
-        svc.backend.fail = True  # type: ignore[attr-defined]
-        job = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        svc.inventory.backend.fail = True  # type: ignore[attr-defined]
+        job = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")  # the last inventory is kept
-        svc.backend.fail = False  # type: ignore[attr-defined]
+        svc.inventory.backend.fail = False  # type: ignore[attr-defined]
 
         def boom(state: Any) -> Any:
             raise RuntimeError("policy bug")
 
-        guard = svc._guard
+        guard = svc.policy.guard
         assert guard is not None
         guard.fallback.decide = boom  # type: ignore[method-assign]
         guard.primary.decide = boom  # type: ignore[union-attr, method-assign]
-        other = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        other = svc.submit(JobRequest(sleeper(), gpus=1))
         svc.tick()
         svc.tick()
         assert svc.job_status(other.id)["state"] == "queued"

@@ -11,7 +11,7 @@ import pytest
 from rlsched.cluster.decisions import Decision, WakeAt
 from rlsched.cluster.model import ClusterState
 from rlsched.runtime.audit import AuditEvent
-from rlsched.service.service import SubmitRequest
+from rlsched.runtime.job_request import JobRequest
 from tests.service import PY, service, until, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +35,9 @@ def test_the_default_model_is_served_inside_its_record_and_a_loop_falls_back_aud
     shutil.copytree(ROOT / "models" / "default", tmp_path / "default-model")
     write_spec(tmp_path, scheduler="rl", model="default-model")
     with service(tmp_path) as svc:
-        first = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        first = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(first.id)["state"] == "done")
-        guard = svc._guard
+        guard = svc.policy.guard
         assert guard is not None and guard.primary is not None, svc.info()
         primary = guard.primary
         # the record travelled with the folder: the network may only place (on-prem) and wait; what it
@@ -52,7 +52,7 @@ def test_the_default_model_is_served_inside_its_record_and_a_loop_falls_back_aud
         assert guard.fallbacks_by_reason.get("decision-loop", 0) == 0
 
         guard.primary = Dawdling()  # now the primary loops without placing anything
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
         alloc = next(r for r in svc.audit(job=job.id) if r.event is AuditEvent.ALLOCATION)
         assert alloc.policy == "fifo"  # the fallback heuristic placed it

@@ -13,8 +13,10 @@ import pytest
 from rlsched.cluster.decisions import Decision, Reconfigure
 from rlsched.cluster.model import ClusterState
 from rlsched.runtime.audit import AuditEvent, AuditRecord
+from rlsched.runtime.job_request import JobRequest
 from rlsched.runtime.sim_backend import read_fleet
-from rlsched.service.service import SchedulerService, SubmitRequest
+from rlsched.service.config import ServiceMode
+from rlsched.service.service import SchedulerService
 from tests.service import PY, kill_jobs, make_config, service, sleeper, until
 
 NODE = "gpu-h100-01"
@@ -23,7 +25,7 @@ TARGET = ("7g.80gb",)
 
 def reconfigure_first(svc: SchedulerService, position: int, layout: tuple[str, ...] = TARGET) -> None:
     """Make the served (primary) policy ask to re-split GPU ``position`` of the MIG node, then decide as before."""
-    guard = svc._guard
+    guard = svc.policy.guard
     assert guard is not None and guard.primary is not None
     primary = guard.primary
     orig = primary.decide
@@ -61,7 +63,7 @@ def test_reconfigure_of_an_idle_gpu_is_applied_and_audited(tmp_path: Path) -> No
         uuid = gpu_uuid(svc, 1)
         old_devices = {d["uuid"] for d in fleet_gpu(tmp_path, uuid)["mig_devices"]}
         reconfigure_first(svc, 1)
-        trigger = svc.submit(SubmitRequest(sleeper(), gpus=1))  # a pass needs something to schedule
+        trigger = svc.submit(JobRequest(sleeper(), gpus=1))  # a pass needs something to schedule
         until(svc, lambda: len(mig_records(svc)) == 1 and svc.job_status(trigger.id)["state"] == "running")
         gpu = fleet_gpu(tmp_path, uuid)
         assert [d["profile"] for d in gpu["mig_devices"]] == ["7g.80gb"]
@@ -75,7 +77,7 @@ def test_reconfigure_of_an_idle_gpu_is_applied_and_audited(tmp_path: Path) -> No
         assert rec.policy
         decisions = [d for d in svc.store.decisions() if d["kind"] == "reconfigure"]
         assert decisions and decisions[-1]["applied"]
-        job = svc.submit(SubmitRequest(sleeper(), mig="7g.80gb"))
+        job = svc.submit(JobRequest(sleeper(), mig="7g.80gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         (dev,) = svc.job_status(job.id)["devices"]
         new_devices = {d["uuid"] for d in fleet_gpu(tmp_path, uuid)["mig_devices"]}
@@ -87,13 +89,13 @@ def test_reconfigure_of_an_idle_gpu_is_applied_and_audited(tmp_path: Path) -> No
 
 def test_reconfigure_of_a_busy_gpu_is_refused_and_the_job_is_unaffected(tmp_path: Path) -> None:
     with service(tmp_path, grace_s=0.3) as svc:
-        job = svc.submit(SubmitRequest(sleeper(), mig="3g.40gb"))
+        job = svc.submit(JobRequest(sleeper(), mig="3g.40gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         (dev,) = svc.job_status(job.id)["devices"]
-        ref = svc._current_view().devices[dev]
+        ref = svc.scheduling.current_view().devices[dev]
         before = fleet_gpu(tmp_path, ref.gpu_uuid)["mig_devices"]
         reconfigure_first(svc, ref.position)
-        other = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        other = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(other.id)["state"] == "running")
         for _ in range(3):
             svc.tick()
@@ -107,19 +109,19 @@ def test_reconfigure_of_a_busy_gpu_is_refused_and_the_job_is_unaffected(tmp_path
 
 def test_reconfigure_the_service_itself_refuses_is_audited(tmp_path: Path) -> None:
     """Without the guard (fallback-only), the service's own feasibility check refuses and audits it."""
-    with service(tmp_path, grace_s=0.3, fallback_only=True) as svc:
-        job = svc.submit(SubmitRequest(sleeper(), mig="3g.40gb"))
+    with service(tmp_path, grace_s=0.3, mode=ServiceMode.FALLBACK_ONLY) as svc:
+        job = svc.submit(JobRequest(sleeper(), mig="3g.40gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         (dev,) = svc.job_status(job.id)["devices"]
-        ref = svc._current_view().devices[dev]
-        orig = svc._sched.decide
+        ref = svc.scheduling.current_view().devices[dev]
+        orig = svc.policy.sched.decide
 
         def decide(state: ClusterState) -> Iterator[Decision]:
             yield Reconfigure(NODE, ref.position, TARGET)
             yield from orig(state)
 
-        svc._sched.decide = decide  # type: ignore[method-assign]
-        other = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        svc.policy.sched.decide = decide  # type: ignore[method-assign]
+        other = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(other.id)["state"] == "running")
         (rec,) = mig_records(svc)
         assert rec.extra["applied"] is False and rec.reason.startswith("refused: illegal")
@@ -132,7 +134,7 @@ def test_backend_error_is_audited_and_the_loop_continues(tmp_path: Path) -> None
         uuid = gpu_uuid(svc, 1)
         svc.backend.inject_fault(uuid, "fail_set_layout")  # type: ignore[attr-defined]
         reconfigure_first(svc, 1)
-        trigger = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        trigger = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: any(not r.extra["applied"] for r in mig_records(svc))
               and svc.job_status(trigger.id)["state"] == "running")
         failed = next(r for r in mig_records(svc) if not r.extra["applied"])
@@ -140,7 +142,7 @@ def test_backend_error_is_audited_and_the_loop_continues(tmp_path: Path) -> None
         assert failed.extra["old_layout"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
         # The loop goes on: the next pass retries (the fault was one-shot) and MIG work runs.
         until(svc, lambda: any(r.extra["applied"] for r in mig_records(svc)))
-        job = svc.submit(SubmitRequest(sleeper(), mig="7g.80gb"))
+        job = svc.submit(JobRequest(sleeper(), mig="7g.80gb"))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         assert not any(r.reason.startswith("loop-error") for r in svc.audit())
 
@@ -150,11 +152,12 @@ import sys, time
 from pathlib import Path
 from rlsched.cluster.decisions import Reconfigure
 from rlsched.service.config import ServiceConfig
-from rlsched.service.service import SchedulerService, SubmitRequest
+from rlsched.runtime.job_request import JobRequest
+from rlsched.service.service import SchedulerService
 cfg = ServiceConfig([Path(sys.argv[1])], Path(sys.argv[2]), backend=sys.argv[3], tick_s=0.02)
 mode = sys.argv[4]
 svc = SchedulerService(cfg)
-primary = svc._guard.primary
+primary = svc.policy.guard.primary
 orig = primary.decide
 def decide(state):
     node = state.nodes.get("gpu-h100-01")
@@ -169,7 +172,7 @@ def stalls(host, uuid, layout):
     print("in set_mig_layout", flush=True)
     time.sleep(60)
 svc.backend.set_mig_layout = stalls
-svc.submit(SubmitRequest([sys.executable, "-c", "import time; time.sleep(60)"], gpus=1))
+svc.submit(JobRequest([sys.executable, "-c", "import time; time.sleep(60)"], gpus=1))
 svc.start()
 time.sleep(60)
 """
@@ -208,15 +211,15 @@ def test_kill_9_during_a_re_split_is_closed_from_the_real_layout_on_restart(tmp_
 
 
 def test_a_whole_gpu_on_a_mig_only_pool_is_refused_at_submit(tmp_path: Path) -> None:
-    from rlsched.service.service import AdmissionError
+    from rlsched.service.admission import AdmissionError
 
     with service(tmp_path) as svc:
         with pytest.raises(AdmissionError, match=r"no pool can ever run it: a whole GPU was asked for, but pool mig "
                                                  r"is split into MIG instances \(1g.10gb, 2g.20gb, 3g.40gb\) and has "
                                                  r"no 7g.80gb instance"):
-            svc.submit(SubmitRequest(sleeper(), gpus=1, pool="mig"))
+            svc.submit(JobRequest(sleeper(), gpus=1, pool="mig"))
         # the same request anywhere goes to the whole-GPU pool; a MIG instance of the pool is accepted
-        anywhere = svc.submit(SubmitRequest(sleeper(1), gpus=1))
-        sliced = svc.submit(SubmitRequest(sleeper(1), mig="3g.40gb", pool="mig"))
+        anywhere = svc.submit(JobRequest(sleeper(1), gpus=1))
+        sliced = svc.submit(JobRequest(sleeper(1), mig="3g.40gb", pool="mig"))
         assert {svc.job_status(j.id)["state"] for j in (anywhere, sliced)} == {"queued"}
         assert svc.store.counts()["queued"] == 2

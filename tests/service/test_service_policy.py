@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from rlsched.runtime.audit import AuditEvent
-from rlsched.service.service import SubmitRequest
+from rlsched.runtime.job_request import JobRequest
+from rlsched.service.config import ServiceMode
 from tests.service import PY, device_overlaps, service, until, write_spec
 
 
@@ -20,7 +21,7 @@ def test_corrupted_model_serves_the_heuristic_and_says_why(tmp_path: Path) -> No
     with service(tmp_path) as svc:
         info = svc.info()
         assert info["scheduler"] == "rl" and info["mode"] == "policy" and not info["primary_available"]
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
         fb = [r for r in svc.audit() if r.event is AuditEvent.FALLBACK]
         assert fb and fb[0].reason == "model-missing" and "codec.json" in fb[0].extra["detail"]
@@ -32,23 +33,23 @@ def test_corrupted_model_serves_the_heuristic_and_says_why(tmp_path: Path) -> No
 def test_missing_model_folder_never_raises(tmp_path: Path) -> None:
     write_spec(tmp_path, scheduler="rl", model="no-such-model")
     with service(tmp_path) as svc:
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
         fb = [r for r in svc.audit() if r.event is AuditEvent.FALLBACK]
         assert fb and fb[0].reason == "model-missing" and "not found" in fb[0].extra["detail"]
 
 
 def test_fallback_only_and_shadow_modes(tmp_path: Path) -> None:
-    with service(tmp_path, fallback_only=True) as svc:
+    with service(tmp_path, mode=ServiceMode.FALLBACK_ONLY) as svc:
         assert svc.info()["mode"] == "fallback-only"
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
         assert next(r for r in svc.audit(job=job.id) if r.event is AuditEvent.ALLOCATION).policy == "fifo"
     other = tmp_path / "shadow"
     other.mkdir()
-    with service(other, shadow=True) as svc:
+    with service(other, mode=ServiceMode.SHADOW) as svc:
         assert svc.info()["mode"] == "shadow"
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
         assert any(r.event is AuditEvent.SHADOW for r in svc.audit())
         assert next(r for r in svc.audit(job=job.id) if r.event is AuditEvent.ALLOCATION).policy == "fifo"
@@ -68,9 +69,9 @@ def test_concurrent_submissions_never_share_a_device(tmp_path: Path) -> None:
             try:
                 for _ in range(5):
                     if r.random() < 0.5:
-                        req = SubmitRequest([PY, "-c", "import time; time.sleep(0.1)"], gpus=r.choice([1, 2]))
+                        req = JobRequest([PY, "-c", "import time; time.sleep(0.1)"], gpus=r.choice([1, 2]))
                     else:
-                        req = SubmitRequest([PY, "-c", "import time; time.sleep(0.1)"],
+                        req = JobRequest([PY, "-c", "import time; time.sleep(0.1)"],
                                             mig=r.choice(["1g.10gb", "2g.20gb", "3g.40gb"]))
                     rec = svc.submit(req)
                     with lock:
@@ -105,9 +106,9 @@ def test_a_served_model_runs_its_guard_and_long_job_preemption_but_not_node_cons
     import pytest
 
     pytest.importorskip("torch")
-    from rlsched.policies.consolidate import Consolidator
-    from rlsched.policies.deadline_guard import DeadlineGuard
-    from rlsched.policies.preempt_long import LongJobPreemption
+    from rlsched.policies.rules.consolidate import Consolidator
+    from rlsched.policies.rules.deadline_guard import DeadlineGuard
+    from rlsched.policies.rules.preempt_long import LongJobPreemption
 
     root = Path(__file__).resolve().parents[2]
     shutil.copytree(root / "models" / "spot", tmp_path / "spot-model")
@@ -116,9 +117,9 @@ def test_a_served_model_runs_its_guard_and_long_job_preemption_but_not_node_cons
     (tmp_path / "spot-model" / "preempt_long.json").write_text('{"factor": 10}')
     write_spec(tmp_path, scheduler="rl", model="spot-model")
     with service(tmp_path) as svc:
-        job = svc.submit(SubmitRequest([PY, "-c", "pass"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "done")
-        primary = svc._guard.primary if svc._guard is not None else None
+        primary = svc.policy.guard.primary if svc.policy.guard is not None else None
         assert primary is not None, svc.info()
         rules = primary.rules  # type: ignore[attr-defined]
         assert any(isinstance(r, DeadlineGuard) for r in rules)

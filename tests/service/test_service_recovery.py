@@ -10,20 +10,22 @@ import sys
 import time
 from pathlib import Path
 
+from rlsched.runtime.job_request import JobRequest
 from rlsched.runtime.store import Allocation, JobState
-from rlsched.service.service import SchedulerService, SubmitRequest
+from rlsched.service.service import SchedulerService
 from tests.service import PY, kill_jobs, make_config, sleeper, until
 
 _SERVE = """
 import json, sys, time
 from pathlib import Path
 from rlsched.service.config import ServiceConfig
-from rlsched.service.service import SchedulerService, SubmitRequest
+from rlsched.runtime.job_request import JobRequest
+from rlsched.service.service import SchedulerService
 cfg = ServiceConfig([Path(sys.argv[1])], Path(sys.argv[2]), backend=sys.argv[3], tick_s=0.02)
 svc = SchedulerService(cfg)
 py = sys.executable
-long = svc.submit(SubmitRequest([py, "-c", "import time; time.sleep(60)"], gpus=1))
-short = svc.submit(SubmitRequest([py, "-c", "import sys, time; time.sleep(0.8); sys.exit(3)"], mig="1g.10gb"))
+long = svc.submit(JobRequest([py, "-c", "import time; time.sleep(60)"], gpus=1))
+short = svc.submit(JobRequest([py, "-c", "import sys, time; time.sleep(0.8); sys.exit(3)"], mig="1g.10gb"))
 svc.start()
 while not all(svc.job_status(j.id)["pid"] for j in (long, short)):
     time.sleep(0.01)
@@ -81,8 +83,8 @@ def test_restart_requeues_vanished_jobs_and_finishes_preemptions(tmp_path: Path)
     cfg = make_config(tmp_path)
     svc = SchedulerService(cfg)
     try:
-        gone = svc.submit(SubmitRequest(sleeper(), gpus=1))
-        orphan = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        gone = svc.submit(JobRequest(sleeper(), gpus=1))
+        orphan = svc.submit(JobRequest(sleeper(), gpus=1))
         until(svc, lambda: svc.job_status(gone.id)["state"] == "running"
               and svc.job_status(orphan.id)["state"] == "running")
         # "gone": its process and wrapper die without an exit file (SIGKILL of the whole group).
@@ -91,10 +93,10 @@ def test_restart_requeues_vanished_jobs_and_finishes_preemptions(tmp_path: Path)
         until(None, lambda: not Path(f"/proc/{pid}").exists() or
               Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"))
         # A crash between mark_running and the launch: running in the store, no pid, no process.
-        never = svc.submit(SubmitRequest(sleeper(), gpus=1))
+        never = svc.submit(JobRequest(sleeper(), gpus=1))
         rec = svc.store.get(never.id)
         assert rec is not None
-        svc.store.mark_running(never.id, Allocation("gpu-a100-01", (svc._current_view().state.nodes[
+        svc.store.mark_running(never.id, Allocation("gpu-a100-01", (svc.scheduling.current_view().state.nodes[
             "gpu-a100-01"].gpus[3].uuid,), "onprem", (3,)), None, None)
         # "orphan" is preempted (stop requested) when the service dies.
         svc.store.preempt(orphan.id, "test")
@@ -119,7 +121,7 @@ def test_running_job_without_pid_is_found_by_its_wrapper(tmp_path: Path) -> None
     cfg = make_config(tmp_path)
     svc = SchedulerService(cfg)
     try:
-        job = svc.submit(SubmitRequest([PY, "-c", "import time; time.sleep(60)"], gpus=1))
+        job = svc.submit(JobRequest([PY, "-c", "import time; time.sleep(60)"], gpus=1))
         until(svc, lambda: svc.job_status(job.id)["state"] == "running")
         pid = svc.job_status(job.id)["pid"]
         # Forget the pid, as if the service died right after launching, before storing it.

@@ -8,7 +8,7 @@ import numpy as np
 
 from rlsched.cluster.catalog import gpu_model
 from rlsched.cluster.decisions import Decision, Place, Scale
-from rlsched.cluster.feasibility import candidates, fits_pool_spec
+from rlsched.cluster.feasibility import candidates, fits_pool_spec, scale_up_room
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, NodeStatus, PoolKind, PoolSpec, Sharing
 
@@ -119,11 +119,7 @@ class Greedy:
             p = state.pools[name]
             if not any(fits_pool_spec(r.job, p.spec) for r in blocked):
                 continue
-            room = p.spec.max_nodes - len(p.nodes)
-            q = state.quotes.get(name)
-            if q is not None and q.spot_available_nodes is not None:
-                room = min(room, q.spot_available_nodes - len(p.nodes))
-            if room > 0:
+            if scale_up_room(state, p) > 0:
                 self.scales += 1
                 yield Scale(name, 1)
                 return

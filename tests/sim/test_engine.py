@@ -11,7 +11,7 @@ import pytest
 from rlsched.cluster.decisions import Decision, Place, Preempt, Reconfigure, Scale, WakeAt
 from rlsched.cluster.feasibility import candidates
 from rlsched.cluster.model import ClusterState, NodeStatus, PoolKind, RunState, Sharing
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.market import default_market
 from rlsched.policies import make_policy
 from rlsched.sim.engine import Engine, SimConfig
@@ -367,7 +367,7 @@ def test_spot_availability_drop_requeues_everything_and_run_completes() -> None:
     assert r.jobs_completed == 3
     assert r.preemptions == 2
     assert all(e.runs[j].preemptions == 1 for j in ("a", "b"))
-    assert e.state.pools["spot"].held_nodes() == 0
+    assert not e.state.pools["spot"].nodes
     # Each lost 500 - 400 = 100 s.
     assert r.lost_gpu_hours == pytest.approx(200.0 / 3600)
     assert e.refused == 0

@@ -15,8 +15,8 @@ import pytest
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import GangMode, PoolSpec
+from rlsched.cluster.scheduler import Scheduler
 from rlsched.policies import make_policy
-from rlsched.policies.base import Scheduler
 from rlsched.sim.engine import Engine, SimConfig
 from sim.helpers import job, pool
 

@@ -168,8 +168,8 @@ def smoke_model(tmp_path: Path) -> Callable[..., Path]:
         import torch
 
         from rlsched.envs.codec import ObservationCodec
-        from rlsched.policies.ppo import PolicyModel
-        from rlsched.policies.ppo_net import SlotScorer
+        from rlsched.learned.ppo import PolicyModel
+        from rlsched.learned.ppo_net import SlotScorer
 
         torch.manual_seed(seed)
         codec = ObservationCodec()

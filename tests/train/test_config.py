@@ -68,6 +68,10 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("consolidate: yes\n", "consolidate: expected a mapping"),
         ("preempt_long: {factr: 5}\n", "did you mean 'factor'"),
         ("preempt_long: {factor: 0.5}\n", "preempt_long: factor must be >= 1"),
+        ("mig_resplit: {max_per_pass: 0}\n", "mig_resplit: max_per_pass and scan must be >= 1"),
+        ("extra_globals: [estimate_error]\n", "unknown feature 'estimate_error' .did you mean 'estimate_log_error'"),
+        ("extra_globals: estimate_log_error\n", "extra_globals must be a list of names"),
+        ("bc: {select_episodes: 0}\n", "bc.select_episodes must be >= 1 and bc.select_jobs >= 0"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
@@ -97,6 +101,15 @@ def test_long_job_preemption_is_off_unless_given(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path, BASE + "preempt_long: {factor: 20}\n"))
     assert exp.rule_params() == {"preempt_long": {"factor": 20.0, "min_gain_gpu_s": 3600.0, "scan": 4,
                                                   "restart_overhead_s": 60.0}}
+
+
+def test_mig_resplit_is_off_unless_given_and_owns_the_re_splits(tmp_path: Path) -> None:
+    from rlsched.policies.rules import owned_actions
+
+    assert load_experiment(write(tmp_path, BASE)).mig_resplit is None
+    exp = load_experiment(write(tmp_path, BASE + "mig_resplit: {max_per_pass: 1}\n"))
+    assert exp.rule_params() == {"mig_resplit": {"max_per_pass": 1, "scan": 256}}
+    assert owned_actions(exp.rule_params()) == {"reconfigure"}
 
 
 def test_every_rule_has_an_experiment_key_in_acting_order() -> None:

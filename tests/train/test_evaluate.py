@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.scenario import Scenario, apply_workload_options, build_market, load_jobs
 from rlsched.train.evaluate import ONDEMAND_REFERENCE, comparison_markdown, evaluate
 from rlsched.train.teacher import TeacherScheduler

@@ -27,7 +27,7 @@ def test_keeper_steps_raise_teacher_agreement_and_anneal_to_nothing() -> None:
     pytest.importorskip("sb3_contrib")
     from sb3_contrib import MaskablePPO
 
-    from rlsched.policies.ppo_net import SlotScoringPolicy
+    from rlsched.learned.ppo_net import SlotScoringPolicy
     from rlsched.train.trainer import collect_teacher, imitation_keeper, make_vec_env
     from rlsched.train.worlds import training_worlds
 
@@ -97,3 +97,28 @@ def test_imitation_weights_balance_action_kinds() -> None:
     # a place in pool 0 and a place in pool 1 are different kinds
     two = imitation_weights(exp, np.array([0, 0, 0, 1]))
     assert two[3] > two[0]
+
+
+def test_behaviour_clone_reports_agreement_on_choices_apart() -> None:
+    """The clone's agreement over every sample and over the samples with more than one legal action."""
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+
+    from rlsched.learned.ppo_net import SlotScoringPolicy
+    from rlsched.train.trainer import behaviour_clone, collect_teacher, make_vec_env
+    from rlsched.train.worlds import training_worlds
+
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    exp = replace(exp, vec_env="dummy", bc=replace(exp.bc, epochs=3, teacher="sjf"))
+    worlds = training_worlds(exp.scenarios)
+    data = collect_teacher(exp, worlds, 400)
+    model = MaskablePPO(SlotScoringPolicy, make_vec_env(exp, worlds, 0), n_steps=64, batch_size=64, seed=0,
+                        device="cpu", policy_kwargs={"features_extractor_kwargs": {"n_layouts": 6, "hidden": 32}})
+    stats = behaviour_clone(model, exp, data, 1.0, lambda _: None)
+    choices = data.masks.sum(axis=1) > 1
+    assert stats["bc/choices"] == choices.sum() > 0
+    assert stats["bc/agreement_after"] == pytest.approx(_agreement(model.policy, data), abs=1e-6)
+    sub = type(data)({k: v[choices] for k, v in data.obs.items()}, data.masks[choices], data.actions[choices],
+                     data.returns[choices])
+    assert stats["bc/choice_agreement_after"] == pytest.approx(_agreement(model.policy, sub), abs=1e-6)
+    assert stats["bc/choice_agreement_after"] > stats["bc/choice_agreement_before"]

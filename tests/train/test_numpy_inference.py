@@ -16,9 +16,9 @@ pytest.importorskip("sb3_contrib")
 from rlsched.cluster.decisions import Decision  # noqa: E402
 from rlsched.cluster.model import ClusterState  # noqa: E402
 from rlsched.envs.codec import ObservationCodec  # noqa: E402
-from rlsched.policies.ppo import PolicyModel, PpoScheduler  # noqa: E402
-from rlsched.policies.ppo_net import SlotScorer  # noqa: E402
-from rlsched.policies.ppo_numpy import NumpySlotScorer  # noqa: E402
+from rlsched.learned.ppo import PolicyModel, PpoScheduler  # noqa: E402
+from rlsched.learned.ppo_net import SlotScorer  # noqa: E402
+from rlsched.learned.ppo_numpy import NumpySlotScorer  # noqa: E402
 from rlsched.scenario import load_scenario  # noqa: E402
 from rlsched.sim import Engine, SimConfig  # noqa: E402
 

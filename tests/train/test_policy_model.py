@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from rlsched.envs.codec import ObservationCodec
-from rlsched.policies.consolidate import Consolidator
-from rlsched.policies.deadline_guard import DeadlineGuard
-from rlsched.policies.ppo import ModelError, PolicyModel, PpoScheduler
-from rlsched.policies.ppo_net import SlotScorer
-from rlsched.policies.preempt_long import LongJobPreemption
+from rlsched.learned.ppo import ModelError, PolicyModel, PpoScheduler, load_policy_ref, make_ppo_policy
+from rlsched.learned.ppo_net import SlotScorer
+from rlsched.policies.rules.consolidate import Consolidator
+from rlsched.policies.rules.deadline_guard import DeadlineGuard
+from rlsched.policies.rules.preempt_long import LongJobPreemption
 from rlsched.scenario import load_scenario
 from rlsched.sim import Engine, SimConfig
 
@@ -53,6 +53,22 @@ def test_corrupted_and_missing_files(folder: Path, tmp_path: Path) -> None:
     (folder / "codec.json").write_text("{")
     with pytest.raises(ModelError, match="corrupted"):
         PolicyModel.load(folder)
+
+
+def test_a_models_uri_goes_through_the_fetcher_the_caller_passes(folder: Path) -> None:
+    """The learned layer does not import the registry: a ``models:/`` URI needs the caller's fetcher."""
+    with pytest.raises(ModelError, match="needs a registry fetcher"):
+        load_policy_ref("models:/smoke@champion")
+    asked: list[str] = []
+
+    def fetch(uri: str) -> Path:
+        asked.append(uri)
+        return folder
+
+    sched = make_ppo_policy("models:/smoke@champion", fetch=fetch)
+    assert asked == ["models:/smoke@champion"]
+    assert sched.name == "ppo:models:/smoke@champion" and sched.model.card == {"name": "t"}
+    assert load_policy_ref(str(folder), fetch=fetch).card == {"name": "t"} and len(asked) == 1  # a folder: not fetched
 
 
 def test_rules_travel_with_the_model_folder(folder: Path, tmp_path: Path) -> None:

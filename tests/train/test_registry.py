@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from rlsched.errors import RlschedError
-from rlsched.policies.ppo import ModelError, PolicyModel
+from rlsched.learned.ppo import ModelError, PolicyModel
 from rlsched.train.tracking import TrackingError
 
 CLI = "import rlsched.cli.registry_cmd; from rlsched.cli import main; main()"
@@ -158,12 +158,12 @@ def test_unknown_model_alias_and_version_are_model_errors(
 def test_ppo_scheduler_from_registry_runs_a_simulation(
     registry: str, model_name: str, smoke_model: Callable[..., Path]
 ) -> None:
-    from rlsched.policies.ppo import make_ppo_policy
+    from rlsched.learned.ppo import make_ppo_policy
     from rlsched.sim import Engine, SimConfig
-    from rlsched.train.registry import register_policy
+    from rlsched.train.registry import download_model, register_policy
 
     register_policy(smoke_model(), name=model_name)
-    sched = make_ppo_policy(f"models:/{model_name}@challenger")
+    sched = make_ppo_policy(f"models:/{model_name}@challenger", fetch=download_model)
     assert sched.name == f"ppo:models:/{model_name}@challenger"
     pools, jobs = _world()
     report = Engine(pools, jobs, config=SimConfig(horizon_s=6 * 3600.0)).run(sched)  # type: ignore[arg-type]
@@ -273,6 +273,41 @@ def test_promotion_refuses_policies_that_finish_fewer_jobs_or_other_eval_sets(
     assert not res.promoted and "evaluation set differs" in res.reason
 
 
+def test_promotion_compares_a_retrained_version_with_the_champion_replayed_on_its_windows(
+    registry: str, model_name: str, smoke_model: Callable[..., Path], tmp_path: Path
+) -> None:
+    from rlsched.train.registry import CHAMPION_EVAL_TAG, ChampionReplay, promote, register_policy
+
+    audit = tmp_path / "a.jsonl"
+    v1 = register_policy(smoke_model(ppo=(500.0, 50.0), eval_set="windows-a"), name=model_name)
+    assert promote(model_name, v1, audit_path=audit).promoted
+
+    def challenger(replayed_jct: float, replayed_version: int) -> int:
+        tag = ChampionReplay(model_name, replayed_version, {"ppo": {"mean_jct_s": replayed_jct, "cost_usd": 60.0}},
+                             "windows-b").tag()
+        return register_policy(smoke_model(ppo=(1000.0, 50.0), eval_set="windows-b"), name=model_name,
+                               tags={CHAMPION_EVAL_TAG: tag})
+
+    # worse than the champion replayed on its windows: refused on the numbers, which say what they are
+    worse = promote(model_name, challenger(800.0, v1), audit_path=audit)
+    assert not worse.promoted and "evaluation set differs" not in worse.reason
+    assert "mean JCT vs champion replayed on the candidate's evaluation windows: candidate 1000 NOT < champion 800" \
+        in worse.reason
+    # better than it (though not than the champion's own numbers on other windows): promoted
+    v3 = challenger(1200.0, v1)
+    better = promote(model_name, v3, audit_path=audit)
+    assert better.promoted and not better.forced and better.previous_champion == v1
+    assert any(f"comparing with {model_name} version {v1} replayed" in c.text for c in better.checks)
+    # a replay of a version that is no longer the champion: not comparable, as without the tag
+    v5 = register_policy(smoke_model(ppo=(100.0, 50.0), eval_set="windows-c"), name=model_name,
+                         tags={CHAMPION_EVAL_TAG: ChampionReplay(model_name, v1, {"ppo": {"mean_jct_s": 5000.0,
+                                                                                          "cost_usd": 60.0}},
+                                                                 "windows-c").tag()})
+    res = promote(model_name, v5, audit_path=audit)
+    assert not res.promoted and "metrics are not comparable" in res.reason
+    assert f"replays {model_name} version {v1}, not the champion {model_name} version {v3}" in res.reason
+
+
 def test_cli_promote_exit_codes_and_audit(
     registry: str, model_name: str, smoke_model: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -342,10 +377,10 @@ def test_server_down_fails_fast_and_clearly(
     assert res.stderr.strip().splitlines()[-1].startswith("error: MLflow tracking server")
     assert "Traceback" not in res.stderr
     assert time.monotonic() - t1 < 30.0
-    from rlsched.policies.ppo import make_ppo_policy
+    from rlsched.learned.ppo import make_ppo_policy
 
     with pytest.raises(ModelError, match="not reachable"):  # what --policy ppo:models:/... callers catch
-        make_ppo_policy("models:/x@champion")
+        make_ppo_policy("models:/x@champion", fetch=download_model)
 
 
 def test_family_gate_refuses_a_candidate_worse_than_the_best_heuristic_on_an_unseen_family(

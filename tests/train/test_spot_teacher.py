@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import JobRun
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.market import default_market
 from rlsched.sim.engine import Engine, SimConfig
 from rlsched.sim.metrics import Report

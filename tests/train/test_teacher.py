@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlsched.cluster.job import Job
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.envs.codec import ObservationCodec
 from rlsched.market import default_market
 from rlsched.sim.engine import Engine, SimConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlsched.cluster.spec import parse_cluster
+from rlsched.cluster.shorthand import parse_cluster
 from rlsched.workload import read_canonical
 from rlsched.workload.generator import (
     FAMILIES,
@@ -142,3 +142,14 @@ def test_cli_writes_a_canonical_trace_and_errors_in_one_line(tmp_path: Path) -> 
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "nodes must be in 1..100000" in bad.stderr
+
+
+def test_random_family_respects_max_nodes_and_refuses_an_empty_range() -> None:
+    from rlsched.train.families import trained_generator_families
+
+    sizes = {random_family(np.random.default_rng(s), max_nodes=16).nodes for s in range(60)}
+    assert sizes <= {4, 8, 16} and len(sizes) == 3
+    with pytest.raises(GeneratorError, match="max_nodes 4 leaves no fleet size"):
+        random_family(np.random.default_rng(0), max_nodes=4, exclude=["tiny-fleet"])
+    assert "large-fleet" not in trained_generator_families([], max_nodes=16)
+    assert "large-fleet" in trained_generator_families([], max_nodes=64)

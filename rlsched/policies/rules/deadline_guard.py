@@ -1,0 +1,373 @@
+"""A deadline guard: serve a job on safe capacity before its deadline becomes unreachable.
+
+A cost-minded policy (the learned spot policy above all) saves money by letting jobs
+wait for spot. Most of the time that is right; it goes wrong for a job whose slack runs
+out while it waits, because on-demand capacity bought at that moment arrives one
+provisioning delay later. The guard is the serving-time shield against exactly that:
+at each decision point, before the policy acts, every queued deadline job whose
+*latest safe start* has come is placed on on-prem or ready on-demand capacity, and
+on-demand is bought for those that fit nowhere.
+
+**When a job is urgent.** With ``remaining`` the work left (the duration estimate,
+doubled until it exceeds the progress made, as Uniform Progress does) and ``d`` the
+provisioning delay of the quickest on-demand pool that fits it, a queued job is urgent
+once::
+
+    deadline - now <= min(remaining, allowance) + d + restart_overhead + margin
+
+where ``allowance = deadline - submit``. The ``margin`` (default: a quarter of the
+allowance, at least ``min_margin_s``) absorbs estimation error; it is a fraction of the
+allowance because the estimate's error grows with the job. A job believed to need more
+than its whole allowance is therefore urgent on arrival. Capping its remaining work at
+the allowance changes only the order in which urgent jobs are served (least slack
+first): the estimator learns per (user, request shape), so an estimate longer than the
+deadline allowance is more likely wrong than the user's deadline, and without the cap
+such a job would jump the line by exactly as much as its estimate is wrong.
+
+**What it does.** Urgent jobs are served least slack first: on-prem first, then
+on-demand capacity that is ready now (first fit, cheapest pool first, as the hybrid
+baselines place); a job that fits neither gets on-demand nodes bought for it (GPUs
+already provisioning in that pool count against the need). Spot is the last resort
+(``spot_last_resort``): taken only when no on-demand capacity can come at all (every
+on-demand pool at its maximum, nothing provisioning), because a reclaim near the
+deadline is what the guard exists to prevent, but waiting for capacity that cannot
+come is a certain miss. Urgent jobs are not preempted or migrated once running. The
+guard asks to be woken when the next queued job turns urgent, so it acts on time even
+when nothing else happens.
+
+**Preemption** (``preempt=True``, off by default). When an urgent job has nowhere to go
+- no safe capacity ready or coming, no spot - the guard suspends running jobs to make
+room (:meth:`DeadlineGuard.victims`): gracefully (a checkpoint first, so only a restart
+overhead is lost), and only jobs that are preemptible and can afford the wait - after the
+urgent job's estimated run plus a restart each would still not be urgent itself. The
+guard thus never trades one miss for another by its own estimates, and a victim cannot
+preempt its preemptor back. An urgent job the estimates call hopeless (it could not
+finish even if started now) preempts nobody. Room is made where the job will run: on
+one node for a job that fits a node, anywhere in one pool for a gang job larger than a
+node, suspending as few GPUs as it can: a deadline can be missed in a burst where every
+node is busy and no capacity can be bought, and a gang job on fragmented pools needs
+room that no single victim on a single node gives.
+
+It changes nothing for jobs without a deadline, nothing while every deadline has
+room, and nothing on clusters without on-prem or on-demand capacity.
+
+Measurements (misses and cost with and without the guard, and the shipped spot policy
+trained behind it): BENCHMARKS.md, "Cost report: spot economics", "The deadline guard".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rlsched.cluster.checkpoint import progress_now
+from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
+from rlsched.cluster.estimate import believed_work
+from rlsched.cluster.feasibility import fits_pool_spec, gang_fits_after
+from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
+from rlsched.policies.heuristics.autoscale import headroom, provisioning_gpus, scale_for_demand
+from rlsched.policies.heuristics.spot import place_in_tiers
+from rlsched.policies.rules.victims import fewest_gpus, held_gpus
+
+__all__ = ["DeadlineGuard", "Urgency"]
+
+#: A wake-up lands this long after the moment it waits for, so the job is urgent when looked at.
+_WAKE_AFTER_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Urgency:
+    """How close one queued deadline job is to its latest safe start.
+
+    Attributes:
+        run: the job.
+        time_left: deadline - now.
+        remaining: the work it still needs (estimated, capped at its allowance).
+        delay: provisioning delay of the quickest safe pool that fits it.
+        overhead: the restart overhead a (re)start repeats.
+        margin: the safety margin.
+    """
+
+    run: JobRun
+    time_left: float
+    remaining: float
+    delay: float
+    overhead: float
+    margin: float
+
+    @property
+    def need(self) -> float:
+        """The time it must be given: remaining + delay + overhead + margin."""
+        return self.remaining + self.delay + self.overhead + self.margin
+
+    @property
+    def slack(self) -> float:
+        """Seconds until the job becomes urgent (<= 0: it is)."""
+        return self.time_left - self.need
+
+    @property
+    def hold(self) -> float:
+        """How long starting it now would keep capacity busy: remaining work + a restart."""
+        return self.remaining + self.overhead
+
+    @property
+    def hopeless(self) -> bool:
+        """It could not finish by its deadline even if started now (by the estimates)."""
+        return self.time_left < self.hold
+
+
+class DeadlineGuard:
+    """Places urgent deadline jobs on safe capacity ahead of another scheduler's decisions.
+
+    Args:
+        margin_frac: the safety margin as a fraction of each job's deadline allowance.
+        min_margin_s: the smallest margin (seconds).
+        restart_overhead_s: seconds of work a (re)start repeats (the engine's default belief).
+        max_step: nodes bought per pool per decision point.
+        spot_last_resort: place an urgent job on ready spot when no on-demand can come.
+        preempt: suspend a running job that can afford it for an urgent job nothing else can take.
+    """
+
+    #: its placements stand on their own; buying on-demand is extra (see :class:`~rlsched.policies.rules.Rule`)
+    releases_nodes = False
+
+    def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
+                 max_step: int = 8, spot_last_resort: bool = True, preempt: bool = False) -> None:
+        if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:
+            raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0, max_step >= 1")
+        if not isinstance(spot_last_resort, bool) or not isinstance(preempt, bool):
+            raise ValueError("spot_last_resort and preempt must be true or false")
+        self.margin_frac = margin_frac
+        self.min_margin_s = min_margin_s
+        self.restart_overhead_s = restart_overhead_s
+        self.max_step = max_step
+        self.spot_last_resort = spot_last_resort
+        self.preempt = preempt
+        self._wake_pending = -math.inf
+        self._memo_key: tuple[int, float, int, int] | None = None
+        self._estimates: dict[tuple[str, int, int], float] = {}
+        self._delays: dict[tuple[object, ...], float | None] = {}
+
+    def reset(self, state: ClusterState) -> None:
+        self._wake_pending = -math.inf
+        self._memo_key = None
+
+    # ------------------------------------------------------------------ the rule
+    def urgency(self, state: ClusterState, run: JobRun, *, estimate: float | None = None,
+                delay: float | None = None) -> Urgency | None:
+        """Where ``run`` stands (None: no deadline, or no safe capacity could ever take it).
+
+        ``estimate`` and ``delay`` (the job's duration estimate and its quickest safe
+        pool's provisioning delay) may be passed in when the caller has them memoised.
+        """
+        job = run.job
+        dl = job.deadline
+        if dl is None:
+            return None
+        if delay is None:
+            delay = self.safe_delay(state, run)
+            if delay is None:
+                return None
+        allowance = max(dl - job.submit_time, 0.0)
+        progress = progress_now(run, state.time)
+        work = believed_work(state.estimator.estimate(job) if estimate is None else estimate, progress)
+        remaining = min(work - progress, max(allowance - progress, 0.0))
+        margin = max(self.margin_frac * allowance, self.min_margin_s)
+        return Urgency(run, dl - state.time, remaining, delay, self.restart_overhead_s, margin)
+
+    @staticmethod
+    def safe_delay(state: ClusterState, run: JobRun) -> float | None:
+        """Provisioning delay of the quickest on-prem/on-demand pool that fits ``run`` (None: none fits)."""
+        delays = [p.spec.provision_delay_s for p in state.pools.values()
+                  if p.spec.kind is not PoolKind.SPOT and fits_pool_spec(run.job, p.spec)]
+        return min(delays) if delays else None
+
+    def _memoised(self, state: ClusterState, run: JobRun) -> Urgency | None:
+        """:meth:`urgency` with estimates memoised per (user, request shape) and delays per shape.
+
+        Estimates depend only on (user, request shape) and change only when the
+        estimator learns (its version); delays depend only on the request shape and the
+        pool specs. The memo lives for one decision point (same state, time and
+        estimator version): the scans run over the whole queue, and the victim search
+        over every running job, at every decision point.
+        """
+        estimator = state.estimator
+        key = (id(state), state.time, id(estimator), estimator.version)
+        if key != self._memo_key:
+            self._memo_key = key
+            self._estimates = {}
+            self._delays = {}
+        shape = run.shape
+        delay = self._delays[shape] if shape in self._delays else self._delays.setdefault(
+            shape, self.safe_delay(state, run))
+        if delay is None:
+            return None
+        job = run.job
+        if estimator.oracle:
+            est = estimator.estimate(job)
+        else:
+            ek = estimate_key(job)
+            got = self._estimates.get(ek)
+            est = got if got is not None else self._estimates.setdefault(ek, estimator.estimate(job))
+        return self.urgency(state, run, estimate=est, delay=delay)
+
+    def urgent(self, state: ClusterState) -> tuple[list[Urgency], float]:
+        """Queued urgent jobs (least slack first) and when the next one turns urgent (inf: never)."""
+        due: list[Urgency] = []
+        nxt = math.inf
+        for run in state.queue.values():
+            if run.job.deadline is None:
+                continue
+            u = self._memoised(state, run)
+            if u is None:
+                continue
+            if u.slack <= 0:
+                due.append(u)
+            else:
+                nxt = min(nxt, state.time + u.slack)
+        due.sort(key=lambda u: (u.slack, u.run.job.submit_time))
+        return due, nxt
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, state: ClusterState) -> Iterator[Decision]:
+        """Place or buy for every urgent job; the caller applies each decision as it is yielded."""
+        if not state.queue:
+            return
+        due, nxt = self.urgent(state)
+        demand: dict[str, float] = {}
+        no_victim: dict[tuple[object, ...], float] = {}
+        for u in due:
+            run = u.run
+            if run.job.job_id not in state.queue:
+                continue
+            target = place_in_tiers(state, run, [[PoolKind.ONPREM], [PoolKind.ONDEMAND]])
+            if target is not None:
+                yield Place(run.job.job_id, target)
+                continue
+            pool = self._ondemand_pool(state, run)
+            if pool is not None:
+                demand[pool.name] = demand.get(pool.name, 0.0) + run.job.gpu_demand
+                continue
+            if self.spot_last_resort and run.job.preemptible:
+                target = place_in_tiers(state, run, [[PoolKind.SPOT]])
+                if target is not None:
+                    yield Place(run.job.job_id, target)
+                    continue
+            if self.preempt:
+                # A search that failed for a request shape fails for any later job of that shape that
+                # would hold the victim as long or longer: this pass only removes candidates.
+                shape = run.shape
+                if u.hopeless or no_victim.get(shape, math.inf) <= u.hold:
+                    continue  # hopeless by the estimates, or no victim can hold it
+                victims = self.victims(state, u)
+                if not victims:
+                    no_victim[shape] = min(u.hold, no_victim.get(shape, math.inf))
+                    continue
+                for victim in victims:
+                    yield Preempt(victim.job.job_id, checkpoint=True,
+                                  reason=f"deadline guard: room for {run.job.job_id}, whose deadline is at risk")
+                tiers = [[PoolKind.ONPREM], [PoolKind.ONDEMAND]] + ([[PoolKind.SPOT]] if run.job.preemptible else [])
+                target = place_in_tiers(state, run, tiers)
+                if target is not None:
+                    yield Place(run.job.job_id, target)
+        yield from scale_for_demand(state, demand, self.max_step)
+        wake = nxt + _WAKE_AFTER_S
+        if wake < math.inf and not (state.time < self._wake_pending <= wake):
+            self._wake_pending = wake
+            yield WakeAt(wake)
+
+    def victims(self, state: ClusterState, u: Urgency) -> list[JobRun]:
+        """Running jobs to suspend so that urgent ``u`` can start now (empty: no room can be made).
+
+        Only when nothing else can take ``u`` (no safe capacity ready or coming, no spot).
+        A victim is preemptible, runs on whole GPUs in a pool ``u`` may use, and can
+        afford to wait: after ``u``'s estimated run (plus a restart) it would still not be
+        urgent itself - so the guard never trades one miss for another by its own
+        estimates, and a victim cannot turn around and preempt ``u``. ``u`` itself must
+        still be able to finish by its deadline if started now (by the same estimates): a
+        job the estimates call hopeless is not worth another job's restart.
+
+        Room is made where ``u`` will be placed: on one node for a job that fits a node
+        (victims running only on that node), anywhere in one pool for a gang job larger
+        than a node (any victims in the pool, their GPUs plus the pool's free ones). In
+        each such room as few GPUs as possible are suspended - one victim that suffices,
+        else the largest first until the request is covered. Among rooms: safe capacity
+        before spot, fewest GPUs suspended, fewest victims, then most slack. Suspensions
+        are graceful (a checkpoint first), so a victim loses no work, only a restart
+        overhead.
+        """
+        job = u.run.job
+        if job.fractional or u.hopeless:
+            return []
+        hold = u.hold  # how long it would keep its victims waiting
+        rooms: dict[tuple[str, str], list[tuple[JobRun, float]]] = {}
+        for other in state.running.values():
+            ojob = other.job
+            pl = other.placement
+            if not ojob.preemptible or pl is None or pl.slice_start is not None or ojob.fractional:
+                continue
+            spec = state.pools[pl.pool].spec
+            if spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
+                continue
+            if spec.kind is PoolKind.SPOT and not job.preemptible:
+                continue
+            if job.num_gpus > spec.gpus_per_node:
+                room = ("pool", pl.pool)
+            else:
+                nodes = {node_id for node_id, _ in pl.gpus}
+                if len(nodes) != 1:
+                    continue
+                room = ("node", next(iter(nodes)))
+            if ojob.deadline is not None:
+                ov = self._memoised(state, other)
+                if ov is None or ov.slack - hold - self.restart_overhead_s < 0:
+                    continue
+                slack = ov.slack
+            else:
+                slack = math.inf
+            rooms.setdefault(room, []).append((other, slack))
+        best: list[JobRun] = []
+        best_key: tuple[float, ...] | None = None
+        for (where, name), eligible in rooms.items():
+            if where == "pool":  # a gang: free GPUs anywhere on the pool's ready nodes
+                pool = state.pools[name]
+                free = pool.free_whole_gpus()
+            else:
+                pool = state.pools[state.nodes[name].pool]
+                free = state.nodes[name].free_whole
+            chosen = fewest_gpus(eligible, job.num_gpus - free)
+            if not chosen:
+                continue
+            if where == "pool" and not gang_fits_after(pool, job, state.time, _freed_per_node(chosen)):
+                continue  # enough GPUs, but not a legal gang place (the pool's gang rule): suspend nobody
+            key = (1.0 if pool.spec.kind is PoolKind.SPOT else 0.0, float(sum(held_gpus(v) for v in chosen)),
+                   float(len(chosen)), -min(s for _, s in chosen))
+            if best_key is None or key < best_key:
+                best, best_key = [r for r, _ in chosen], key
+        return best
+
+    @staticmethod
+    def _ondemand_pool(state: ClusterState, run: JobRun) -> Pool | None:
+        """The cheapest on-demand pool that fits ``run`` and may still grow (quickest on ties)."""
+        best: Pool | None = None
+        key = (math.inf, math.inf)
+        for pool in state.pools.values():
+            if pool.spec.kind is not PoolKind.ONDEMAND or not fits_pool_spec(run.job, pool.spec):
+                continue
+            if headroom(state, pool) <= 0 and provisioning_gpus(pool) <= 0:
+                continue
+            q = state.quotes.get(pool.name)
+            k = (q.price_per_gpu_hour if q else 0.0, pool.spec.provision_delay_s)
+            if k < key:
+                best, key = pool, k
+        return best
+
+
+def _freed_per_node(victims: list[tuple[JobRun, float]]) -> dict[str, int]:
+    """GPUs the victims ``(run, merit)`` would free on each node."""
+    out: dict[str, int] = {}
+    for run, _ in victims:
+        for node_id, _gi in run.placement.gpus if run.placement is not None else ():
+            out[node_id] = out.get(node_id, 0) + 1
+    return out

@@ -1,0 +1,557 @@
+"""The service's job executor over a Ray cluster's node agents.
+
+:class:`RayExecutor` implements :class:`~rlsched.runtime.job_executor.JobExecutor`: a launch goes to the
+agent of the node the scheduler chose (:meth:`RayExecutor.on`), which starts the job under the usual
+wrapper with ``CUDA_VISIBLE_DEVICES`` set to the allocated UUIDs; polls, signals and exit records go to
+the agent of the handle's node. What it adds over the local executor:
+
+* **Gangs span nodes.** A job whose devices are on several nodes (a multi-node gang) starts one process
+  per node, each seeing only that node's devices, with ``RLSCHED_GANG_RANK`` / ``_SIZE`` / ``_HOSTS`` /
+  ``_LEADER`` set (what ``torchrun --node_rank`` needs). The store keeps the leader's (rank 0) pid; the job
+  ends with its last rank, holding every node's GPUs until then. A member that fails stops the leader;
+  members still running when the leader ended get :data:`GANG_GRACE_S` to finish (none if it failed), then
+  SIGTERM, then SIGKILL after as long again. The exit code is the leader's, else the first failed
+  member's. Members' output goes to the job's log, each line marked with its rank and node.
+* **Logs come home.** A background thread copies each live job's new output from its agent into the
+  service's own log file (``rlsched logs --follow`` reads that file), and a job's last bytes are copied
+  before its exit is reported. Copy offsets are persisted; after a service crash a chunk may be copied
+  twice, never skipped.
+* **Few round trips.** One ``jobs()`` call per agent per poll round tells which processes still run; only
+  jobs that ended cost a call of their own.
+* **Node loss.** A node whose agent does not answer (Ray node dead or partitioned) keeps its jobs as
+  running for ``lost_after_s``; after that their polls return
+  :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` and the service requeues or records them (exactly once).
+* **Fencing.** A node that answers again, or a new agent (after its node or the service restarted), has
+  its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there.
+* **One service per cluster.** Creating the executor takes the cluster's lease
+  (:mod:`~rlsched.runtime.fleet.lease`); the pump renews it and collects refused attempts as notices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlsched.posix import atomic_write
+from rlsched.runtime.executor import EXIT_NODE_LOST, ExecutorError, Launched, open_private, private_dir
+from rlsched.runtime.fleet.agent import LOG_CHUNK
+from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable
+from rlsched.runtime.fleet.lease import LEASE_TTL_S, ServiceLease
+
+if TYPE_CHECKING:
+    from rlsched.runtime.fleet.backend import RayBackend
+
+#: Seconds a node may stay silent before its running jobs count as lost.
+NODE_LOST_AFTER_S = 30.0
+#: How often the pump copies logs (seconds); the lease is renewed every :data:`RENEW_S`.
+PUMP_S = 0.5
+RENEW_S = 3.0
+#: A poll round reuses one ``jobs()`` answer per agent for this long.
+SNAPSHOT_S = 0.2
+#: What one round of ``jobs()`` calls found: node -> job id -> {(pid, start time)} alive there; a node is
+#: present only if its agent answered.
+Snapshot = dict[str, dict[str, set[tuple[int, int]]]]
+#: Seconds gang members get between SIGTERM and SIGKILL once their leader ended.
+GANG_GRACE_S = 10.0
+_OFFSETS = ".remote-log-offsets.json"
+
+
+class RayExecutor:
+    """Job processes on the agents of a :class:`~rlsched.runtime.fleet.backend.RayBackend` (module doc).
+
+    Raises:
+        BackendError: another service holds the cluster's lease.
+    """
+
+    #: a job may span nodes (admission lets a gang be as large as a pool, not a node)
+    spans_nodes = True
+
+    def __init__(self, backend: RayBackend, log_dir: str | os.PathLike[str], *,
+                 lost_after_s: float = NODE_LOST_AFTER_S, lease_ttl_s: float = LEASE_TTL_S) -> None:
+        self.backend = backend
+        self.directory = backend.directory
+        self.log_dir = private_dir(log_dir)
+        self.lost_after_s = float(os.environ.get("RLSCHED_NODE_LOST_AFTER_S", lost_after_s))
+        state_dir = str(self.log_dir.resolve().parent)
+        self.lease = ServiceLease(f"{socket.gethostname()}:{state_dir}",
+                                  {"service": f"pid {os.getpid()} on {socket.gethostname()}", "state_dir": state_dir},
+                                  lease_ttl_s)
+        self.lease.acquire()
+        self._lock = threading.RLock()
+        #: node -> monotonic time it was first found silent
+        self._silent_since: dict[str, float] = {}
+        #: agents (ray node, pid) whose jobs were offered to :meth:`strays`
+        self._greeted: set[tuple[str, int]] = set()
+        self._returned: set[str] = set()
+        self._snapshot: tuple[float, Snapshot] = (0.0, {})
+        #: "node/job id" -> (handle, line prefix) of every live process whose log is copied
+        self._live: dict[str, tuple[Launched, bytes]] = {}
+        #: "node/job id" -> a member's output after its last newline, not copied yet
+        self._partial: dict[str, bytes] = {}
+        #: job id -> its gang members (ranks 1..n-1) still running
+        self._members: dict[str, list[Launched]] = {}
+        #: members stopped after their leader ended -> when SIGKILL follows
+        self._reaping: dict[tuple[str, str, int], float] = {}
+        #: job id -> (the ended leader's exit code, when its still running members get SIGTERM)
+        self._leader_rc: dict[str, tuple[int, float]] = {}
+        #: job id -> the exit code of its first member that failed
+        self._gang_failed: dict[str, int] = {}
+        self._offsets: dict[str, int] = self._load_offsets()
+        self._offsets_dirty = False
+        self._notices: list[dict[str, Any]] = []
+        #: one copy of logs at a time (the pump's rounds and a finished job's last copy)
+        self._copy_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._pump = threading.Thread(target=self._run_pump, name="rlsched-log-pump", daemon=True)
+        self._pump.start()
+
+    # ------------------------------------------------------------------ routing
+    def on(self, node: str) -> _NodeJobs:
+        """The executor of ``node``'s jobs."""
+        return _NodeJobs(self, node)
+
+    def agent(self, node: str) -> AgentRef:
+        """The agent managing ``node`` (:meth:`AgentDirectory.require`)."""
+        return self.directory.require(node)
+
+    def track(self, h: Launched, prefix: bytes = b"") -> Launched:
+        """Copy ``h``'s log from now on (each line after ``prefix``); the handle with the service's log path."""
+        local = Launched(h.job_id, h.pid, h.start_time, self.log_dir / f"{h.job_id}.log", h.exit_file, h.node)
+        with self._lock:
+            key = f"{h.node}/{h.job_id}"
+            if key not in self._live:
+                self._live[key] = (local, prefix)
+        return local
+
+    def _untrack(self, h: Launched) -> None:
+        with self._lock:
+            self._live.pop(f"{h.node}/{h.job_id}", None)
+
+    def start_gang(self, job_id: str, argv: list[str], by_node: dict[str, list[str]], env: dict[str, str],
+                   cwd: str | None) -> Launched:
+        """One process per node of a multi-node job (rank 0 first); all started or none (module doc)."""
+        hosts = list(by_node)
+        common = {**env, "RLSCHED_GANG_SIZE": str(len(hosts)), "RLSCHED_GANG_HOSTS": ",".join(hosts),
+                  "RLSCHED_GANG_LEADER": hosts[0]}
+        started: list[Launched] = []
+        try:
+            for rank, host in enumerate(hosts):
+                h, old = self.directory.call(self.agent(host), "launch", host, job_id, argv, by_node[host],
+                                             {**common, "RLSCHED_GANG_RANK": str(rank)}, cwd)
+                self.superseded(host, job_id, old)
+                started.append(h)
+        except Exception as exc:
+            for h in started:
+                with contextlib.suppress(Exception):
+                    self.fence(h.node, job_id, h.pid)
+            where = hosts[len(started)]
+            raise ExecutorError(f"gang of {len(hosts)} nodes: rank {len(started)} on {where}: {exc}") from None
+        with self._lock:
+            self._members[job_id] = started[1:]
+        for rank, m in enumerate(started[1:], start=1):
+            self.track(m, f"[rank {rank} {m.node}] ".encode())
+        return self.track(started[0])
+
+    def _members_of(self, h: Launched, snap: Snapshot) -> list[Launched]:
+        """``h``'s gang members: those started by this process, or after a restart those found running."""
+        with self._lock:
+            known = self._members.get(h.job_id)
+        if known is not None:
+            return list(known)
+        found = [Launched(h.job_id, pid, start, self.log_dir / f"{h.job_id}.log", Path(""), node)
+                 for node, jobs in snap.items() if node != h.node
+                 for pid, start in jobs.get(h.job_id, ())]
+        with self._lock:
+            self._members[h.job_id] = found
+        for m in found:
+            self.track(m, f"[{m.node}] ".encode())
+        return found
+
+    def _watch_members(self, leader: Launched, leader_running: bool,
+                       snap: Snapshot) -> list[Launched]:
+        """Settle the members that ended (their last output copied; a failure while the leader runs stops
+        the leader: the collective cannot go on without it); the members still running."""
+        members = self._members_of(leader, snap)
+        still: list[Launched] = []
+        for m in members:
+            if m.node not in snap or (m.pid, m.start_time) in snap[m.node].get(m.job_id, ()):
+                still.append(m)  # running, or on a silent node (counted as running until it is lost)
+                continue
+            rc = self._exit_of(m)
+            self._finish_log(m)
+            if rc is not None and rc != 0:
+                with self._lock:
+                    self._gang_failed.setdefault(leader.job_id, rc)
+                if leader_running:
+                    self._signal(leader, signal.SIGTERM)
+        with self._lock:
+            self._members[leader.job_id] = still
+        return still
+
+    def _gang_end(self, leader: Launched, rc: int, still: list[Launched]) -> int | None:
+        """The leader ended with ``rc``: the gang ends with its last member (None until then). Members get
+        :data:`GANG_GRACE_S` to finish after a successful leader (none after a failed one), then SIGTERM,
+        then SIGKILL after as long again; the gang's exit is the leader's, else the first failed member's."""
+        now = time.monotonic()
+        with self._lock:
+            first = self._leader_rc.setdefault(leader.job_id, (rc, now + (GANG_GRACE_S if rc == 0 else 0.0)))
+        if still:
+            if now >= first[1] and not any((m.node, m.job_id, m.pid) in self._reaping for m in still):
+                for m in still:
+                    self._signal(m, signal.SIGTERM)
+                    with self._lock:
+                        self._reaping[(m.node, m.job_id, m.pid)] = now + GANG_GRACE_S
+            return None
+        with self._lock:
+            self._leader_rc.pop(leader.job_id, None)
+            self._members.pop(leader.job_id, None)
+            failed = self._gang_failed.pop(leader.job_id, None)
+        return failed if rc == 0 and failed is not None else rc
+
+    def _exit_of(self, m: Launched) -> int | None:
+        """The exit code of an ended process, from its agent (None if the agent does not answer)."""
+        with contextlib.suppress(AgentUnavailable):
+            return self._agent_poll(m)
+        return None
+
+    def _agent_poll(self, h: Launched) -> int | None:
+        """Ask ``h``'s agent for its exit code (raises AgentUnavailable)."""
+        rc: int | None = self.directory.call(self.agent(h.node), "poll", h.node, h.job_id, h.pid, h.start_time)
+        return rc
+
+    # ------------------------------------------------------------------ watch
+    def _alive_on(self) -> Snapshot:
+        """What runs where (:data:`Snapshot`), one ``jobs()`` call per agent (reused for SNAPSHOT_S)."""
+        now = time.monotonic()
+        with self._lock:
+            taken, cached = self._snapshot
+            if now - taken < SNAPSHOT_S:
+                return cached
+        agents = self.directory.refresh()
+        answers = self.directory.fan_out(agents, "jobs")
+        snap: Snapshot = {}
+        for ref in agents:
+            got = answers.get(ref.ray_node)
+            if not isinstance(got, list):
+                continue
+            for host in ref.hosts:
+                snap.setdefault(host, {})
+            for node, job_id, pid, start in got:
+                snap.setdefault(node, {}).setdefault(job_id, set()).add((int(pid), int(start)))
+        with self._lock:
+            self._snapshot = (now, snap)
+        return snap
+
+    def _silent(self, node: str) -> int | None:
+        """A poll of a job whose node did not answer: None while it may come back, then EXIT_NODE_LOST."""
+        with self._lock:
+            since = self._silent_since.setdefault(node, time.monotonic())
+        return EXIT_NODE_LOST if time.monotonic() - since >= self.lost_after_s else None
+
+    def _answered(self, node: str) -> None:
+        with self._lock:
+            if self._silent_since.pop(node, None) is not None:
+                self._returned.add(node)
+
+    def poll(self, job: Launched) -> int | None:
+        """The job's exit code, None while it runs (or while its silent node may still come back); a gang's
+        once all its ranks ended (see :meth:`_gang_end`)."""
+        snap = self._alive_on()
+        with self._lock:
+            ended = self._leader_rc.get(job.job_id)
+        rc = ended[0] if ended is not None else self._poll_leader(job, snap)
+        if rc == EXIT_NODE_LOST:  # the leader's node is lost: the job is settled; members are fenced as strays
+            with self._lock:
+                self._members.pop(job.job_id, None)
+            return rc
+        still = self._watch_members(job, rc is None, snap)
+        if rc is None:
+            return None
+        if not still and ended is None and job.job_id not in self._gang_failed:
+            with self._lock:
+                self._members.pop(job.job_id, None)
+            return rc  # a one-node job (or a gang whose members all ended first, none failing)
+        return self._gang_end(job, rc, still)
+
+    def _poll_leader(self, job: Launched, snap: Snapshot) -> int | None:
+        if job.node not in snap:
+            # its agent did not answer this round's jobs() (or there is none): no call per job, which
+            # would wait the call timeout once for every job of a partitioned node
+            return self._silent(job.node)
+        self._answered(job.node)
+        if any(pid == job.pid for pid, _ in snap[job.node].get(job.job_id, ())):
+            self.track(job)
+            return None
+        try:
+            rc = self._agent_poll(job)
+        except AgentUnavailable:
+            return self._silent(job.node)
+        self._answered(job.node)
+        if rc is None:
+            self.track(job)
+            return None
+        self._finish_log(job)  # the last output before the exit is reported
+        return rc
+
+    def _finish_log(self, h: Launched) -> None:
+        with contextlib.suppress(Exception):
+            self._copy_log(h, final=True)
+        self._untrack(h)
+
+    def send_signal(self, job: Launched, sig: signal.Signals) -> None:
+        """Signal the job's process group on its node, and its gang members on theirs."""
+        self._signal(job, sig)
+        with self._lock:
+            members = list(self._members.get(job.job_id, ()))
+        for m in members:
+            self._signal(m, sig)
+
+    def _signal(self, h: Launched, sig: signal.Signals) -> None:
+        """Signal one process (lost silently if its node does not answer)."""
+        with contextlib.suppress(AgentUnavailable):
+            self.directory.call(self.agent(h.node), "signal", h.node, h.job_id, h.pid, h.start_time, int(sig))
+
+    def strays(self) -> list[tuple[str, str, int]]:
+        """Live jobs of agents not seen before and of nodes that answer again (see the module doc)."""
+        agents = self.directory.agents()
+        out: list[tuple[str, str, int]] = []
+        with self._lock:
+            fresh = [r for r in agents if (r.ray_node, r.pid) not in self._greeted]
+            returned, self._returned = self._returned, set()
+        check = fresh + [r for r in agents if r not in fresh and set(r.hosts) & returned]
+        if not check:
+            return out
+        answers = self.directory.fan_out(check, "jobs")
+        for ref in check:
+            got = answers.get(ref.ray_node)
+            if isinstance(got, list):
+                with self._lock:
+                    self._greeted.add((ref.ray_node, ref.pid))
+                out.extend((str(n), str(j), int(p)) for n, j, p, _ in got)
+        return out
+
+    def fence(self, node: str, job_id: str, pid: int) -> None:
+        """SIGKILL a stray job process on ``node``."""
+        self.directory.call(self.agent(node), "fence", node, job_id, pid)
+
+    def superseded(self, node: str, job_id: str, pid: int | None) -> None:
+        """Note a stray the agent killed before starting a new attempt of its job (audited as fenced)."""
+        if pid is not None:
+            with self._lock:
+                self._notices.append({"reason": "fenced", "job": job_id, "node": node, "pid": pid,
+                                      "why": "superseded by a new attempt"})
+
+    def notices(self) -> list[dict[str, Any]]:
+        """What the service should audit since the last call: each a dict with ``reason`` (``fenced``,
+        ``second-service-refused``, ``lease-error``), maybe ``job``, and details."""
+        with self._lock:
+            out, self._notices = self._notices, []
+        return out
+
+    # ------------------------------------------------------------------ logs and the lease
+    def _run_pump(self) -> None:
+        next_renew = time.monotonic() + RENEW_S
+        while not self._stop.wait(PUMP_S):
+            with self._lock:
+                live = [h for h, _ in self._live.values()]
+                due = [k for k, t in self._reaping.items() if time.monotonic() >= t]
+                for k in due:
+                    del self._reaping[k]
+            with contextlib.suppress(Exception):
+                self._copy_logs(live)
+            for node, job_id, pid in due:  # gang members that ignored their SIGTERM
+                with contextlib.suppress(Exception):
+                    self.fence(node, job_id, pid)
+            self._save_offsets()
+            if time.monotonic() >= next_renew:
+                next_renew = time.monotonic() + RENEW_S
+                try:
+                    notes = [{"reason": "second-service-refused", **r} for r in self.lease.renew()]
+                except Exception as exc:  # a renewal that fails is retried; the service keeps running
+                    notes = [{"reason": "lease-error", "error": str(exc)}]
+                with self._lock:
+                    self._notices.extend(notes)
+
+    def _copy_logs(self, handles: list[Launched]) -> None:
+        """One copy round: a single ``read_logs`` call per agent for all its live jobs; a job with more
+        output than one chunk is then drained on its own."""
+        by_agent: dict[str, tuple[AgentRef, list[Launched]]] = {}
+        for h in handles:
+            ref = self.directory.agent_for(h.node)
+            if ref is not None:
+                by_agent.setdefault(ref.ray_node, (ref, []))[1].append(h)
+        with self._copy_lock:
+            refs = [ref for ref, _ in by_agent.values()]
+            with self._lock:
+                wanted = {r.ray_node: [(h.node, h.job_id, self._offsets.get(f"{h.node}/{h.job_id}", 0))
+                                       for h in by_agent[r.ray_node][1]] for r in refs}
+            answers = self.directory.fan_out_each(refs, "read_logs", {r.ray_node: (wanted[r.ray_node],) for r in refs})
+            more = []
+            for nid, (_, hs) in by_agent.items():
+                chunks = answers.get(nid)
+                if not isinstance(chunks, list):
+                    continue
+                for h, (_, _, offset), chunk in zip(hs, wanted[nid], chunks, strict=True):
+                    if chunk:
+                        self._take(h, offset, chunk)
+                    if len(chunk) >= LOG_CHUNK:
+                        more.append(h)
+        for h in more:
+            self._copy_log(h)
+
+    def _copy_log(self, h: Launched, final: bool = False) -> None:
+        """Append ``h``'s new output on its node to the service's log of the job (``final``: its last)."""
+        key = f"{h.node}/{h.job_id}"
+        ref = self.directory.agent_for(h.node)
+        with self._copy_lock:
+            while ref is not None:
+                with self._lock:
+                    offset = self._offsets.get(key, 0)
+                try:
+                    chunk: bytes = self.directory.call(ref, "read_log", h.node, h.job_id, offset)
+                except AgentUnavailable:
+                    break
+                if not chunk:
+                    break
+                self._take(h, offset, chunk)
+            if final:
+                with self._lock:
+                    prefix = self._live.get(key, (h, b""))[1]
+                    tail = self._partial.pop(key, b"")
+                if tail:
+                    self._write(h.job_id, prefix + tail + b"\n")
+
+    def _take(self, h: Launched, offset: int, chunk: bytes) -> None:
+        """Write a chunk read at ``offset`` and move the job's offset past it (under the copy lock)."""
+        key = f"{h.node}/{h.job_id}"
+        with self._lock:
+            prefix = self._live.get(key, (h, b""))[1]
+        self._append(h.job_id, key, prefix, chunk)
+        with self._lock:
+            self._offsets[key] = offset + len(chunk)
+            self._offsets_dirty = True
+
+    def _append(self, job_id: str, key: str, prefix: bytes, chunk: bytes) -> None:
+        """Write a chunk to the job's log; a member's chunk line by line behind its prefix."""
+        if prefix:
+            with self._lock:
+                lines = (self._partial.pop(key, b"") + chunk).split(b"\n")
+                if lines[-1]:
+                    self._partial[key] = lines[-1]
+            chunk = b"".join(prefix + ln + b"\n" for ln in lines[:-1])
+        if chunk:
+            self._write(job_id, chunk)
+
+    def _write(self, job_id: str, data: bytes) -> None:
+        fd = open_private(self.log_dir / f"{job_id}.log", os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(fd, "ab") as f:
+            f.write(data)
+
+    def _load_offsets(self) -> dict[str, int]:
+        try:
+            return {str(k): int(v) for k, v in json.loads((self.log_dir / _OFFSETS).read_text()).items()}
+        except (FileNotFoundError, ValueError, AttributeError):
+            return {}
+
+    def _save_offsets(self) -> None:
+        with self._lock:
+            if not self._offsets_dirty:
+                return
+            # keep the offsets of finished jobs too (a requeue may return to the node), up to a bound
+            data = dict(self._offsets) if len(self._offsets) < 10_000 else \
+                {k: v for k, v in self._offsets.items() if k in self._live}
+            self._offsets_dirty = False
+        atomic_write(self.log_dir / _OFFSETS, json.dumps(data), mode=0o600)
+
+    def close(self) -> None:
+        """Stop the pump (after a last copy) and give the lease back."""
+        self._stop.set()
+        self._pump.join(5)
+        with self._lock:
+            live = [h for h, _ in self._live.values()]
+        for h in live:
+            with contextlib.suppress(Exception):
+                self._copy_log(h)
+        self._save_offsets()
+        self.lease.release()
+
+
+class _NodeJobs:
+    """One node's side of a :class:`RayExecutor`: launches and exit records go to that node's agent."""
+
+    def __init__(self, parent: RayExecutor, node: str) -> None:
+        self.parent = parent
+        self.node = node
+        self.log_dir = parent.log_dir
+
+    def _call(self, method: str, *args: Any) -> Any:
+        p = self.parent
+        return p.directory.call(p.agent(self.node), method, *args)
+
+    def on(self, node: str) -> _NodeJobs:
+        return self.parent.on(node)
+
+    def launch(self, job_id: str, argv: Sequence[str], visible_devices: Sequence[str],
+               env_extra: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None) -> Launched:
+        """Start the job on this node, or on each node its devices are on (raises ExecutorError, also when a
+        node does not answer)."""
+        where = self.parent.backend.device_nodes()
+        by_node: dict[str, list[str]] = {self.node: []}
+        for dev in visible_devices:
+            by_node.setdefault(where.get(dev, self.node), []).append(dev)
+        env, wd = dict(env_extra or {}), None if cwd is None else str(cwd)
+        if len(by_node) > 1:
+            return self.parent.start_gang(job_id, list(argv), by_node, env, wd)
+        try:
+            h, old = self._call("launch", self.node, job_id, list(argv), list(visible_devices), env, wd)
+        except AgentUnavailable as exc:
+            raise ExecutorError(f"node {self.node}: {exc}") from None
+        self.parent.superseded(self.node, job_id, old)
+        return self.parent.track(h)
+
+    def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
+              job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
+        """Re-attach after a service restart; a job on a silent node keeps an unconfirmed handle (its poll
+        decides: the node answers again, or it is lost after ``lost_after_s``)."""
+        try:
+            h: Launched | None = self._call("adopt", self.node, job_id, pid, start_time)
+        except AgentUnavailable:
+            return Launched(job_id, pid, start_time, self.log_dir / f"{job_id}.log", Path(""), self.node)
+        return None if h is None else self.parent.track(h)
+
+    def find(self, job_id: str) -> Launched | None:
+        try:
+            h: Launched | None = self._call("find", self.node, job_id)
+        except AgentUnavailable:
+            return None
+        return None if h is None else self.parent.track(h)
+
+    def poll(self, job: Launched) -> int | None:
+        return self.parent.poll(job)
+
+    def send_signal(self, job: Launched, sig: signal.Signals) -> None:
+        self.parent.send_signal(job, sig)
+
+    def recorded_exit(self, job_id: str) -> int | None:
+        try:
+            rc: int | None = self._call("recorded_exit", self.node, job_id)
+        except AgentUnavailable:
+            return None
+        return rc
+
+    def consume_exits(self, job_id: str, known: Path | None = None) -> None:
+        self._call("consume_exits", self.node, job_id, None if known is None else str(known))
+
+    def strays(self) -> list[tuple[str, str, int]]:
+        return self.parent.strays()
+
+    def fence(self, node: str, job_id: str, pid: int) -> None:
+        self.parent.fence(node, job_id, pid)

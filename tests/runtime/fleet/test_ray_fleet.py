@@ -1,0 +1,414 @@
+"""The live service on a real multi-node Ray cluster: placement, gangs, MIG, node loss, restarts, scale.
+
+Every test drives the real parts: a ``ray.cluster_utils.Cluster`` with three worker nodes (see
+conftest), one node agent actor per node over its own simulated fleet, the scheduler service (in this
+process, or ``rlsched serve`` in a subprocess where it gets killed), and real job processes. Jobs print
+``RLSCHED_AGENT_BACKEND``, which each Ray node's environment sets to its own fleet file: it proves which
+node's agent started them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlsched.runtime.audit import AuditEvent
+from rlsched.runtime.job_request import JobRequest
+from rlsched.runtime.store import JobState
+from rlsched.service.config import ServiceConfig
+from rlsched.service.service import SchedulerService
+from tests.runtime.fleet.conftest import PY, RayFleet, alive, wait_for
+
+CLI = [sys.executable, "-m", "rlsched"]
+WHO = ("import os; print('ran-by', os.environ.get('RLSCHED_AGENT_BACKEND'), 'devices', "
+       "os.environ['CUDA_VISIBLE_DEVICES'], 'rank', os.environ.get('RLSCHED_GANG_RANK', '-'))")
+
+
+def sleeper(seconds: float) -> list[str]:
+    return [PY, "-c", f"import time; time.sleep({seconds})"]
+
+
+@contextlib.contextmanager
+def service(fleet: RayFleet, root: Path, **kw: Any) -> Iterator[SchedulerService]:
+    spec = fleet.spec(root / "pool.hcl")
+    kw.setdefault("grace_s", 1.0)
+    kw.setdefault("tick_s", 0.05)
+    svc = SchedulerService(ServiceConfig([spec], root / "state", backend=f"ray:{fleet.address}", **kw))
+    svc.start()
+    try:
+        yield svc
+    finally:
+        for rec in svc.store.holding():
+            with contextlib.suppress(Exception):
+                svc.cancel(rec.id)
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not list(svc.store.holding()), timeout=30, what="cancelled jobs to end")
+        svc.close()
+
+
+def finished(svc: SchedulerService, job_id: str) -> bool:
+    return svc.store.get(job_id).state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+def node_fleet(fleet: RayFleet, host: str) -> str:
+    return str(fleet.fleets[next(k for k, v in fleet.hosts.items() if v == host)])
+
+
+def cli(*args: str, timeout: float = 180, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RLSCHED_BACKEND", "RAY_ADDRESS")}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+
+
+# ---------------------------------------------------------------------- inventory, plan, bad input
+def test_inventory_spans_the_nodes_and_plan_reads_it(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    from rlsched.runtime.select import get_backend
+
+    be = get_backend(f"ray:{ray_fleet.address}")
+    nodes = {n.hostname: n for n in be.inventory()}
+    assert set(nodes) == set(ray_fleet.hosts.values())
+    assert [len(nodes[ray_fleet.hosts[k]].gpus) for k in "abc"] == [4, 4, 2]
+    assert all(n.reachable for n in nodes.values()) and be.problems() == []
+    out = cli("plan", str(ray_fleet.spec(tmp_path / "pool.hcl")), "--backend", f"ray:{ray_fleet.address}")
+    assert out.returncode == 0, out.stderr
+    # every GPU of the three nodes is read through its agent and already matches the spec
+    assert "Plan: 10 to adopt, 6 to add, 0 to change, 0 to destroy." in out.stdout, out.stdout
+    for host in ray_fleet.hosts.values():
+        assert f'node "{host}"' in out.stdout
+
+
+def test_bad_ray_addresses_are_one_line_errors(tmp_path: Path) -> None:
+    spec = tmp_path / "pool.hcl"
+    spec.write_text('pool "p" {\n  gpu_model = "A100-80GB"\n  nodes = ["x"]\n}\n')
+    started = time.monotonic()
+    for backend, msg in (("ray:127.0.0.1:1", "cannot reach a Ray head there"),
+                         ("ray:nowhere", "expected 'auto' (this machine) or HOST:PORT")):
+        out = cli("plan", str(spec), "--backend", backend, timeout=60)
+        assert out.returncode != 0 and msg in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_a_node_without_nvml_is_unknown_with_its_reason(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    from rlsched.runtime.select import get_backend
+
+    ray_fleet.add("d", env={"RLSCHED_AGENT_BACKEND": "nvml", "RLSCHED_AGENT_HOSTNAME": "gpu-no-driver",
+                            "RLSCHED_AGENT_STATE_DIR": str(ray_fleet.root / "agent-d")})
+    try:
+        ray_fleet.cluster.wait_for_nodes()
+        be = get_backend(f"ray:{ray_fleet.address}")
+        nodes = {n.hostname: n for n in be.inventory()}
+        assert not nodes["gpu-no-driver"].reachable
+        assert all(nodes[h].reachable for h in ray_fleet.hosts.values())
+        problems = be.problems()  # type: ignore[attr-defined]
+        assert len(problems) == 1 and "NVML" in problems[0], problems
+        with service(ray_fleet, tmp_path) as svc:  # the live service audits it, once
+            wait_for(lambda: [r for r in svc.store.audit() if r.reason == "agent-problem"], what="the audit")
+            svc.tick()
+            recs = [r for r in svc.store.audit() if r.reason == "agent-problem"]
+            assert len(recs) == 1 and "NVML" in recs[0].extra["problem"]
+    finally:
+        ray_fleet.remove("d")
+
+
+def test_a_node_that_cannot_import_the_agent_is_one_line(ray_fleet: RayFleet, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlsched.runtime.fleet.directory import AgentDirectory
+
+    # a class importable here but not on the Ray nodes: what a node without rlsched installed does
+    (tmp_path / "agent_elsewhere.py").write_text("class Agent:\n    def hello(self):\n        return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import agent_elsewhere  # type: ignore[import-not-found]
+
+    ray_fleet.add("e", env={**ray_fleet.env("a"), "RLSCHED_AGENT_STATE_DIR": str(ray_fleet.root / "agent-e")})
+    try:
+        ray_fleet.cluster.wait_for_nodes()
+        d = AgentDirectory(ray_fleet.address, agent_class=agent_elsewhere.Agent)
+        d.refresh()
+        problems = list(d.problems.values())
+        assert len(problems) == 1, problems
+        assert "the agent cannot be imported there (ModuleNotFoundError: No module named 'agent_elsewhere')" \
+            in problems[0] and "install rlsched" in problems[0] and "\n" not in problems[0]
+    finally:
+        ray_fleet.remove("e")
+
+
+# ---------------------------------------------------------------------- placement
+def test_jobs_run_on_the_chosen_node_with_its_uuids(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    with service(ray_fleet, tmp_path) as svc:
+        jobs = [svc.submit(JobRequest([PY, "-c", WHO], gpus=2)) for _ in range(4)]
+        jobs.append(svc.submit(JobRequest([PY, "-c", WHO], mig="3g.40gb")))
+        wait_for(lambda: all(finished(svc, j.id) for j in jobs), what="jobs to finish")
+        used = set()
+        for j in jobs:
+            rec = svc.store.get(j.id)
+            assert rec.state is JobState.DONE and rec.attempts == 1, (rec.state, rec.reason)
+            assert rec.allocation is not None
+            text = Path(rec.log_path or "").read_text()
+            devices = ",".join(rec.allocation.devices)
+            assert f"ran-by sim:{node_fleet(ray_fleet, rec.allocation.node)} devices {devices} rank -" in text, text
+            used.add(rec.allocation.node)
+        assert used == set(ray_fleet.hosts.values())  # both A100 nodes and the MIG node
+
+
+def test_a_gang_spans_two_nodes_one_process_each(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    with service(ray_fleet, tmp_path) as svc:
+        job = svc.submit(JobRequest([PY, "-c", WHO], gpus=8))
+        wait_for(lambda: finished(svc, job.id), what="the gang to finish")
+        rec = svc.store.get(job.id)
+        assert rec.state is JobState.DONE and rec.allocation is not None
+        assert len(rec.allocation.devices) == 8
+        text = Path(rec.log_path or "").read_text()
+        a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+        lead, member = (a, b) if rec.allocation.node == a else (b, a)
+        assert f"ran-by sim:{node_fleet(ray_fleet, lead)} devices " in text and " rank 0" in text, text
+        assert f"[rank 1 {member}] ran-by sim:{node_fleet(ray_fleet, member)} devices " in text, text
+        # status shows each node's own devices, not all eight under the leader
+        from rlsched.report.jobs import devices_text
+
+        by_node = svc.job_status(job.id)["allocation"]["by_node"]
+        assert set(by_node) == {a, b} and all(len(v) == 4 for v in by_node.values())
+        assert devices_text(svc.job_status(job.id)).count(": ") == 2
+
+
+def test_a_gang_ends_with_its_last_rank(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    code = ("import os, time\n"
+            "if os.environ['RLSCHED_GANG_RANK'] == '1': time.sleep(3); print('member done', flush=True)\n")
+    with service(ray_fleet, tmp_path) as svc:
+        job = svc.submit(JobRequest([PY, "-c", code], gpus=8))
+        wait_for(lambda: finished(svc, job.id), timeout=60, what="the gang to end")
+        rec = svc.store.get(job.id)
+        assert rec.state is JobState.DONE and rec.exit_code == 0  # the leader left at once, the member ran on
+        assert "member done" in Path(rec.log_path or "").read_text()
+        assert rec.finished_at is not None and rec.started_at is not None and rec.finished_at - rec.started_at >= 2.5
+
+
+def test_a_failing_gang_member_stops_its_leader(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    code = ("import os, sys, time\n"
+            "if os.environ['RLSCHED_GANG_RANK'] == '1': sys.exit(3)\n"
+            "time.sleep(120)\n")
+    with service(ray_fleet, tmp_path) as svc:
+        job = svc.submit(JobRequest([PY, "-c", code], gpus=8))
+        wait_for(lambda: finished(svc, job.id), timeout=60, what="the gang to stop")
+        rec = svc.store.get(job.id)
+        assert rec.state is JobState.FAILED and rec.exit_code == -signal.SIGTERM, (rec.state, rec.exit_code)
+
+
+# ---------------------------------------------------------------------- MIG
+def test_mig_apply_across_nodes_drains_a_busy_node_first(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    from rlsched.runtime.select import get_backend
+
+    backend = f"ray:{ray_fleet.address}"
+    spec = ray_fleet.spec(tmp_path / "pool.hcl", resplit=True)
+    plan = cli("plan", str(spec), "--backend", backend)
+    assert plan.returncode == 0 and "1g.10gb" in plan.stdout, plan.stdout + plan.stderr
+    be = get_backend(backend)
+    c = ray_fleet.hosts["c"]
+    slice_ = next(n for n in be.inventory() if n.hostname == c).gpus[0].mig_devices[0].uuid
+    ex = be.job_executor(tmp_path / "jobs" / "logs")  # type: ignore[attr-defined]
+    try:
+        job = ex.on(c).launch("busy-c", [PY, "-c", "import time; time.sleep(4); print('done', flush=True)"],
+                              [slice_])
+        out = cli("apply", str(spec), "--backend", backend, "--auto-approve", "--no-serve")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"node.{c}: Draining" in out.stdout, out.stdout
+        assert ex.poll(job) == 0  # it ended before its GPU was re-split, never killed by the apply
+    finally:
+        ex.close()
+    for label, per_gpu in (("b", 7), ("c", 7)):
+        fleet = json.loads(ray_fleet.fleets[label].read_text())
+        layouts = [[d["profile"] for d in g["mig_devices"]] for g in fleet["nodes"][0]["gpus"]]
+        assert layouts == [["1g.10gb"] * per_gpu] * len(layouts), (label, layouts)
+    back = cli("apply", str(ray_fleet.spec(tmp_path / "pool.hcl")), "--backend", backend, "--auto-approve",
+               "--no-serve")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert not json.loads(ray_fleet.fleets["b"].read_text())["nodes"][0]["gpus"][0]["mig_current"]
+
+
+def test_cancel_of_a_remote_job_terms_then_kills(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    stubborn = ("import signal, time; signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True)); "
+                "print('up', flush=True); time.sleep(120)")
+    with service(ray_fleet, tmp_path, grace_s=1.0) as svc:
+        job = svc.submit(JobRequest([PY, "-c", stubborn], gpus=1))
+        log = wait_for(lambda: svc.store.get(job.id).log_path, what="the launch")
+        wait_for(lambda: "up" in Path(log).read_text() if Path(log).exists() else False, what="output copied home")
+        svc.cancel(job.id)
+        wait_for(lambda: finished(svc, job.id), timeout=60, what="the cancel")
+        rec = svc.store.get(job.id)
+        assert rec.state is JobState.CANCELLED and rec.attempts == 1
+        assert "term" in Path(log).read_text()  # SIGTERM first; SIGKILL after the grace period
+
+
+# ---------------------------------------------------------------------- faults
+def test_a_lost_node_requeues_or_loses_its_jobs_once_and_is_fenced_when_back(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLSCHED_NODE_LOST_AFTER_S", "2")
+    a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+    with service(ray_fleet, tmp_path) as svc:
+        filler = svc.submit(JobRequest(sleeper(300), gpus=4))
+        wait_for(lambda: svc.store.get(filler.id).pid is not None, what="the filler to start")
+        hold_a = svc.store.get(filler.id).allocation
+        assert hold_a is not None
+        victim_host = b if hold_a.node == a else a
+        label = "b" if victim_host == b else "a"
+        keep = svc.submit(JobRequest(sleeper(300), gpus=2, preemptible=True))
+        lose = svc.submit(JobRequest(sleeper(300), gpus=2))
+        wait_for(lambda: all(svc.store.get(j.id).pid is not None for j in (keep, lose)), what="jobs to start")
+        old = {j.id: svc.store.get(j.id).pid for j in (keep, lose)}
+        assert all(svc.store.get(j.id).allocation.node == victim_host for j in (keep, lose))  # type: ignore[union-attr]
+        ray_fleet.remove(label)
+        try:
+            wait_for(lambda: svc.store.get(lose.id).state is JobState.FAILED, timeout=120, what="the job lost")
+            wait_for(lambda: svc.store.get(keep.id).state is JobState.QUEUED, timeout=60, what="the requeue")
+            assert "lost" in svc.store.get(lose.id).reason and victim_host in svc.store.get(keep.id).reason
+            from rlsched.service.board import FleetBoard
+
+            node_view = next(n for n in FleetBoard(svc).fleet()["nodes"] if n["hostname"] == victim_host)
+            assert node_view["status"] == "unknown"
+        finally:
+            ray_fleet.add(label)
+        # back: the old processes (they outlived their agent) are fenced, the requeued job runs again there
+        wait_for(lambda: not any(alive(p) for p in old.values() if p), timeout=120, what="strays fenced")
+        wait_for(lambda: svc.store.get(keep.id).state is JobState.RUNNING and svc.store.get(keep.id).pid,
+                 timeout=120, what="the requeued job to run again")
+        rec = svc.store.get(keep.id)
+        assert rec.attempts == 2 and rec.pid not in old.values()
+        assert svc.store.get(lose.id).attempts == 1
+        events = [(r.reason, r.job) for r in svc.store.audit() if r.event is AuditEvent.NODE]
+        assert ("node-lost", keep.id) in events and ("node-lost", lose.id) in events
+        hosts = [(r.reason, r.extra.get("node")) for r in svc.store.audit() if r.event is AuditEvent.NODE and not r.job]
+        assert ("node-unreachable", victim_host) in hosts and ("node-returned", victim_host) in hosts, hosts
+        assert {("fenced", keep.id), ("fenced", lose.id)} <= set(events), events
+
+
+# ---------------------------------------------------------------------- the service as a process
+def start_serve(fleet: RayFleet, spec: Path, state_dir: Path, log_name: str = "serve.log") -> tuple[Any, str, str]:
+    """``rlsched serve --backend ray:ADDR`` on a free loopback port: (process, url, token) once it answers."""
+    from tests.service.serving import clean_env, http
+
+    log = state_dir.parent / log_name
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([*CLI, "serve", str(spec), "--backend", f"ray:{fleet.address}", "--listen",
+                                 "127.0.0.1:0", "--state-dir", str(state_dir), "--tick-ms", "50", "--grace", "2"],
+                                stdout=out, stderr=subprocess.STDOUT, env=clean_env(), start_new_session=True)
+
+    def up() -> tuple[str, str] | None:
+        assert proc.poll() is None, f"rlsched serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        with contextlib.suppress(OSError, ValueError):
+            info = json.loads((state_dir / "server.json").read_text())
+            if info.get("pid") == proc.pid and http("GET", info["url"] + "/healthz")[0] == 200:
+                return str(info["url"]), (state_dir / "token").read_text().strip()
+        return None
+
+    url, token = wait_for(up, timeout=120, interval=0.2, what="rlsched serve to answer")
+    return proc, url, token
+
+
+def api(url: str, token: str, method: str, path: str, body: Any = None) -> Any:
+    from tests.service.serving import http
+
+    status, _, raw = http(method, url + path, token=token, body=body)
+    assert status in (200, 201, 202), (status, raw[:500])
+    return json.loads(raw)
+
+
+def test_service_kill9_reattaches_to_the_agents_and_their_jobs(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    from tests.service.serving import clean_env
+
+    spec = ray_fleet.spec(tmp_path / "pool.hcl")
+    state = tmp_path / "state"
+    proc, url, token = start_serve(ray_fleet, spec, state)
+    code = ("import os, sys, time; print('start', flush=True); time.sleep(6); "
+            "print('end', os.environ['CUDA_VISIBLE_DEVICES'], flush=True)")
+    ids = [api(url, token, "POST", "/v1/jobs", {"argv": [PY, "-c", code], "gpus": 2})["id"] for _ in range(3)]
+    wait_for(lambda: all(api(url, token, "GET", f"/v1/jobs/{j}")["state"] == "running" for j in ids),
+             what="jobs to run")
+    nodes = {api(url, token, "GET", f"/v1/jobs/{j}")["allocation"]["node"] for j in ids}
+    assert len(nodes) == 2  # 3 x 2 GPUs over the two 4-GPU nodes
+    os.killpg(proc.pid, signal.SIGKILL)  # the service and nothing else: the jobs run under the agents
+    proc.wait(30)
+    proc, url, token = start_serve(ray_fleet, spec, state, "serve2.log")
+    try:
+        wait_for(lambda: all(api(url, token, "GET", f"/v1/jobs/{j}")["state"] == "done" for j in ids),
+                 what="adopted jobs to finish")
+        for j in ids:
+            view = api(url, token, "GET", f"/v1/jobs/{j}")
+            assert view["attempts"] == 1, view  # re-adopted, never started twice
+            devices = ",".join(view["allocation"]["devices"])
+            follow = subprocess.run([*CLI, "logs", "--follow", j], capture_output=True, text=True, timeout=120,
+                                    env=clean_env(RLSCHED_SERVER=url, RLSCHED_TOKEN=token))
+            assert follow.returncode == 0 and "start\n" in follow.stdout and f"end {devices}\n" in follow.stdout
+            assert follow.stdout.count("start\n") == 1, follow.stdout
+        audit = api(url, token, "GET", "/v1/audit")
+        assert not [r for r in audit if r["event"] == "node" and r.get("reason") == "fenced"]
+
+        # a second service on the same cluster: one line, non-zero exit; the first audits the attempt
+        other = tmp_path / "other"
+        out = subprocess.run([*CLI, "serve", str(spec), "--backend", f"ray:{ray_fleet.address}", "--listen",
+                              "127.0.0.1:0", "--state-dir", str(other)], capture_output=True, text=True,
+                             timeout=120, env=clean_env())
+        assert out.returncode != 0 and "another rlsched service drives this Ray cluster" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+        wait_for(lambda: any(r["event"] == "node" and r.get("reason") == "second-service-refused"
+                             for r in api(url, token, "GET", "/v1/audit")), what="the refusal in the audit")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+@pytest.mark.slow
+def test_a_thousand_submissions_run_exactly_once_across_the_nodes(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    argv = ["/bin/sh", "-c", 'printf "%s %s\\n" "$RLSCHED_JOB_ID" "$CUDA_VISIBLE_DEVICES" >> "$0"', str(marker)]
+    with service(ray_fleet, tmp_path, tick_s=0.02) as svc:
+        jobs = [svc.submit(JobRequest(argv, mig="1g.10gb") if k % 10 == 0 else JobRequest(argv, gpus=1))
+                for k in range(1000)]
+        wait_for(lambda: svc.store.counts().get("done", 0) >= 1000, timeout=600, interval=0.5, what="1,000 jobs")
+        lines = marker.read_text().splitlines()
+        ran = [ln.split()[0] for ln in lines]
+        assert len(ran) == 1000 and set(ran) == {j.id for j in jobs}  # every job once, none twice
+        by_node: dict[str, int] = {}
+        for j in jobs:
+            rec = svc.store.get(j.id)
+            assert rec.state is JobState.DONE and rec.attempts == 1
+            assert rec.allocation is not None
+            by_node[rec.allocation.node] = by_node.get(rec.allocation.node, 0) + 1
+            assert f"{j.id} {','.join(rec.allocation.devices)}" in lines
+        assert set(by_node) == set(ray_fleet.hosts.values()) and by_node[ray_fleet.hosts["c"]] == 100
+
+
+def test_a_partitioned_node_that_answers_again_keeps_its_jobs(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLSCHED_NODE_LOST_AFTER_S", "120")
+    with service(ray_fleet, tmp_path) as svc:
+        job = svc.submit(JobRequest([PY, "-c", "import time; time.sleep(12); print('finished', flush=True)"],
+                                    gpus=1))
+        wait_for(lambda: svc.store.get(job.id).pid is not None, what="the job to start")
+        rec = svc.store.get(job.id)
+        assert rec.allocation is not None
+        host = rec.allocation.node
+        agent = svc.backend.directory.agent_for(host)  # type: ignore[attr-defined]
+        assert agent is not None and agent.pid
+        os.kill(agent.pid, signal.SIGSTOP)  # the agent stops answering; the job itself runs on
+        try:
+            wait_for(lambda: any(n.hostname == host and not n.reachable for n in svc.inventory.nodes),
+                     timeout=60, what="the node to show unknown")
+            assert svc.store.get(job.id).state is JobState.RUNNING
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        wait_for(lambda: finished(svc, job.id), timeout=120, what="the job to finish")
+        rec = svc.store.get(job.id)
+        assert rec.state is JobState.DONE and rec.attempts == 1  # re-adopted, not started twice
+        assert "finished" in Path(rec.log_path or "").read_text()
+        assert not [r for r in svc.store.audit() if r.event is AuditEvent.NODE and r.job == job.id]
+        assert [r.reason for r in svc.store.audit() if r.event is AuditEvent.NODE and r.extra.get("node") == host] \
+            == ["node-unreachable", "node-returned"]

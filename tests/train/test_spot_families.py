@@ -1,0 +1,131 @@
+"""Spot families: windows on hybrid fleets, the spot summary, the spot gate rule and exposure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlsched.train.families import FamilyError, exposure, is_spot_model, resolve
+from rlsched.train.generalisation import (
+    CANDIDATE,
+    SPOT_BASELINES,
+    evaluate_families,
+    family_checks,
+    spot_table,
+    summarise_spot,
+    verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _card(name: str) -> dict[str, Any]:
+    return dict(json.loads((ROOT / "models" / name / "card.json").read_text()))
+
+
+def _row(cost: float, misses: int, lost: float = 0.0, jct: float = 100.0) -> dict[str, float]:
+    return {"cost_usd": cost, "deadline_misses": misses, "lost_gpu_hours": lost, "mean_jct_s": jct}
+
+
+def test_a_spot_family_replays_every_spot_baseline_on_tiny_windows() -> None:
+    fams = resolve(["spot-regional", "spot-cheap-stable"])
+    rep = evaluate_families(fams, None, windows=2, max_jobs=40)
+    for key in ("spot-regional", "spot-cheap-stable"):
+        s = rep.summaries[key]
+        assert s["kind"] == "spot" and s["windows"] == 2 and rep.exposure[key] == "unseen"
+        assert set(s["baselines"]) == set(SPOT_BASELINES)
+        assert s["baselines"]["ondemand-autoscale"]["cost_vs_od"] == pytest.approx(1.0)
+        fewest = min(b["misses"] for b in s["baselines"].values())
+        assert s["best_misses"] == fewest  # the best baseline has the fewest misses ...
+        assert s["best_cost_vs_od"] == min(b["cost_vs_od"] for b in s["baselines"].values()
+                                           if b["misses"] == fewest)  # ... and is the cheapest of those
+        assert s["cheapest_cost_vs_od"] <= s["best_cost_vs_od"]
+    world = next(iter(rep.spot_windows["spot-regional"]))
+    assert world.startswith("spot-regional/seed1000") and not rep.windows  # no on-prem rows
+    table = spot_table(rep)
+    assert "| spot-regional | unseen | 2 |" in table and "model" not in table
+
+
+def test_the_regional_family_runs_one_spot_pool_per_region() -> None:
+    (fam,) = resolve(["spot-regional"])
+    (w,) = fam.windows(1, 30)
+    spot = [p for p in w.scenario.pools if p.kind.value == "spot"]
+    assert [p.region for p in spot] == ["region-a", "region-b", "region-c"]
+    assert all(j.preemptible and j.deadline is not None for j in w.scenario.jobs)
+
+
+def test_best_is_the_cheapest_of_the_fewest_misses_and_the_gate_refuses_more_misses() -> None:
+    per_window = {
+        "w1": {"ondemand-autoscale": _row(100, 2), "spot-greedy": _row(30, 3, 9.0), "spot-fallback": _row(50, 1, 2.0),
+               "uniform-progress": _row(60, 1, 1.0), CANDIDATE: _row(40, 2, 5.0)},
+        "w2": {"ondemand-autoscale": _row(200, 0), "spot-greedy": _row(40, 1, 4.0), "spot-fallback": _row(80, 0, 1.0),
+               "uniform-progress": _row(100, 0, 0.0), CANDIDATE: _row(60, 0, 1.0)},
+    }
+    s = summarise_spot(per_window)
+    assert s["cheapest"] == "spot-greedy" and s["best"] == "spot-fallback"  # 1 miss beats cheaper 4 misses
+    assert (s["best_misses"], s["best_lost_gpu_h"]) == (1, 3.0)
+    assert s["model_misses"] == 2 and s["model_cost_vs_od"] == pytest.approx((0.4 + 0.3) / 2)
+    assert s["model_cost_vs_best"] == pytest.approx((40 / 50 + 60 / 80) / 2)  # a mean of per-window ratios
+    checks = family_checks({"spot-x": s}, {"spot-x": "unseen"})
+    assert len(checks) == 1 and not checks[0][0]
+    assert "candidate 2 deadline misses NOT <= 1 of the best baseline (spot-fallback)" in checks[0][1]
+    lines = verdict({"spot-x": s}, {"spot-x": "unseen"})
+    assert any(line.startswith("spot: no more deadline misses") and "FAIL" in line for line in lines)
+    # as few misses as the best baseline: the gate passes, seen families never count
+    ok = {**s, "model_misses": 1}
+    assert [passed for passed, _ in family_checks({"spot-x": ok}, {"spot-x": "unseen"})] == [True]
+    assert not family_checks({"spot-x": s}, {"spot-x": "trained"})[0][0]  # nothing unseen judged
+    # a spot model judged only on on-prem families is refused: nothing shows it keeps deadlines
+    onprem = {"gen-light": {"windows": 2, "best": "sjf", "model_vs_best": 0.99}}
+    checks = family_checks(onprem, {"gen-light": "unseen"}, spot_model=True)
+    assert [ok for ok, _ in checks] == [True, False] and "no unseen spot family" in checks[1][1]
+
+
+def test_the_gate_tag_keeps_the_spot_rule() -> None:
+    from rlsched.train.registry import card_families, family_gate_checks, family_tag
+
+    s = summarise_spot({"w": {"ondemand-autoscale": _row(10, 0), "spot-greedy": _row(3, 0),
+                              CANDIDATE: _row(2, 4)}})
+    fam = {"summary": {"spot-x": {**s, "baselines": {}}}, "exposure": {"spot-x": "unseen"}, "spot_model": True}
+    back = json.loads(family_tag(fam))
+    assert back["spot_model"] is True and back["summary"]["spot-x"]["model_misses"] == 4
+    checks = family_gate_checks(back)
+    assert len(checks) == 1 and not checks[0].ok and "4 deadline misses NOT <= 0" in checks[0].text
+    card = {"deadline_guard": {"margin_frac": 0.25}, "metrics": {"families": fam}}
+    assert card_families(card)["spot_model"] is True  # type: ignore[index]
+
+
+def test_spot_models_and_what_they_have_seen_come_from_the_card() -> None:
+    spot, default = _card("spot"), _card("default")
+    assert is_spot_model(spot) and not is_spot_model(default)
+    assert is_spot_model({"training_worlds": ["x/spot:0-4x8xH100-80GB,ondemand:0-4x8xH100-80GB@0.4/train"]})
+    status = {f.name: exposure(spot, f)[0] for f in resolve(["spot"])}
+    assert status["spot-real-aws-v100-2020"] == "trained"  # philly-hybrid-v100: AWS 2020, observed lifetimes
+    assert status["spot-real-gcp-h100-us-east1"] == "tuned"  # only a holdout scenario buys there
+    assert status["spot-real-gcp-a100-us-central1"] == "unseen"  # it trained on A100s in europe-west1 only
+    assert status["spot-volatile"] == "unseen" and exposure(spot, resolve(["spot-volatile"])[0])[1]  # spans avoided
+    assert exposure({**spot, "market_families": ["mkt-volatile"]}, resolve(["spot-volatile"])[0])[0] == "trained"
+    # an on-prem model has bought no spot: the default market's A100 prices are unseen by it
+    assert exposure(default, resolve(["spot-real-gcp-a100-us-central1"])[0])[0] == "unseen"
+
+
+def test_groups_and_unknown_names() -> None:
+    spot = resolve(["spot"])
+    assert spot and all(f.kind == "spot" and f.name.startswith("spot-") for f in spot)
+    assert not any(f.kind == "spot" for f in resolve(["all"]))  # all = the on-prem families
+    with pytest.raises(FamilyError, match=r"unknown family 'spot-regionl' \(did you mean 'spot-regional'\?\)"):
+        resolve(["spot-regionl"])
+
+
+def test_a_ruled_spot_model_meets_the_spot_baselines_behind_the_same_rules() -> None:
+    rep = evaluate_families(resolve(["spot-cheap-stable"]), str(ROOT / "models" / "spot"), card=_card("spot"),
+                            windows=1, max_jobs=40)
+    row = next(iter(rep.spot_windows["spot-cheap-stable"].values()))
+    ruled = {n for n in row if n.endswith("+rules")}
+    assert ruled == {"spot-greedy+rules", "spot-fallback+rules", "uniform-progress+rules"}  # on-demand-only: bare
+    s = rep.summaries["spot-cheap-stable"]
+    assert CANDIDATE in row and "model_misses" in s and set(s["baselines"]) == set(SPOT_BASELINES) | ruled
+    assert "| spot-cheap-stable | unseen | 1 |" in spot_table(rep) and "model cost vs OD" in spot_table(rep)
