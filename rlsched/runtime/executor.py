@@ -44,6 +44,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from rlsched.posix import atomic_write, process_state
 
@@ -165,17 +166,34 @@ def read_exit_file(path: Path) -> int | None:
         return None
 
 
+#: The intermediate of a detached launch: starts the wrapper in a session of its own, writes its pid
+#: to the descriptor named by ``argv[1]`` and exits at once, so the wrapper's parent becomes init (or
+#: the nearest subreaper) instead of the launching process.
+_DETACH = ("import os, subprocess, sys\n"
+           "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, start_new_session=True)\n"
+           "os.write(int(sys.argv[1]), str(p.pid).encode())\n"
+           "os._exit(0)\n")
+
+
 class LocalExecutor:
     """Runs jobs as local processes, each under the exit-recording wrapper.
 
     Args:
         log_dir: where per-job logs and exit files go (created if needed).
         python: interpreter that runs the wrapper (default: this one).
+        detach: start each wrapper through a short-lived intermediate, so it is no child of this
+            process. The node agents need it: Ray kills a worker's direct children when the worker
+            exits, and a raylet that dies takes its workers with it, so jobs started as an agent's
+            children would die with their agent - the jobs must outlive it, to be re-adopted or
+            fenced when the node returns. Detached jobs are watched through ``/proc`` and their exit
+            files, as adopted ones are.
     """
 
-    def __init__(self, log_dir: str | os.PathLike[str], python: str = sys.executable) -> None:
+    def __init__(self, log_dir: str | os.PathLike[str], python: str = sys.executable, *,
+                 detach: bool = False) -> None:
         self.log_dir = private_dir(log_dir)
         self.python = python
+        self.detach = detach
         #: our own children, so we can reap them (non-children are polled through /proc).
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -223,6 +241,10 @@ class LocalExecutor:
             log.write(f"=== rlsched: launch {job_id} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')} "
                       f"devices={devices or '-'} ===\n".encode())
             log.flush()
+            if self.detach:
+                pid = self._launch_detached(job_id, cmd, log, env, cwd)
+                # a job that already ended has no start time: -1 never matches, so poll reads its exit file
+                return Launched(job_id, pid, proc_start_time(pid) or -1, log_path, exit_file)
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     cwd=cwd, start_new_session=True, close_fds=True)
         start = proc_start_time(proc.pid)
@@ -230,6 +252,23 @@ class LocalExecutor:
             start = -1
         self._children[proc.pid] = proc
         return Launched(job_id, proc.pid, start, log_path, exit_file)
+
+    def _launch_detached(self, job_id: str, cmd: list[str], log: IO[bytes], env: dict[str, str],
+                         cwd: str | os.PathLike[str] | None) -> int:
+        """Start ``cmd`` through the :data:`_DETACH` intermediate; the wrapper's pid."""
+        read_end, write_end = os.pipe()
+        try:
+            mid = subprocess.Popen([self.python, "-c", _DETACH, str(write_end), *cmd], stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                   pass_fds=(write_end,))
+        finally:
+            os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            got = pipe.read()
+        rc = mid.wait()
+        if not got.strip().isdigit():
+            raise ExecutorError(f"job {job_id}: the detaching launcher exited with {rc} before starting it")
+        return int(got)
 
     # ------------------------------------------------------------------ watch
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,

@@ -204,3 +204,50 @@ def test_stop_never_signals_a_recycled_pid(tmp_path: Path) -> None:
 def test_wrapper_cli_usage_error() -> None:
     out = subprocess.run([PY, "-m", "rlsched.runtime.executor", "--oops"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "usage" in out.stderr
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_detached_job_is_no_child_and_reports_like_one(tmp_path: Path) -> None:
+    ex = LocalExecutor(tmp_path / "logs", detach=True)
+    h = ex.launch("d", [PY, "-c", "import time; print('up', flush=True); time.sleep(120)"], [GPU])
+    _wait_for(h.log_path, "up")
+    assert _ppid(h.pid) != os.getpid() and h.start_time == proc_start_time(h.pid)
+    assert ex.poll(h) is None
+    assert ex.stop(h, grace_s=20) == -15  # SIGTERM to its group; the wrapper records it
+    quick = ex.launch("q", [PY, "-c", "import sys; print('out'); sys.exit(3)"], [GPU])
+    assert ex.wait(quick, 30) == 3  # read from the exit file: it is not ours to wait for
+    assert "out" in quick.log_path.read_text()
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_a_detached_job_outlives_a_launcher_that_kills_its_children(tmp_path: Path, detach: bool) -> None:
+    """As a node agent's jobs must outlive the agent: a Ray worker that exits SIGKILLs its direct children."""
+    launcher = textwrap.dedent(f"""
+        import json, os, signal, sys
+        from pathlib import Path
+        from rlsched.runtime.executor import LocalExecutor
+        ex = LocalExecutor({str(tmp_path / "logs")!r}, detach={detach})
+        h = ex.launch("d", [sys.executable, "-c", "import time; time.sleep(120)"], [])
+        print(json.dumps([h.pid, h.start_time, str(h.exit_file)]), flush=True)
+        for stat in Path("/proc").glob("[0-9]*/stat"):  # what Ray does on a worker's exit
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+    """)
+    out = subprocess.run([PY, "-c", launcher], capture_output=True, text=True, timeout=60, check=True)
+    pid, start, exit_file = json.loads(out.stdout.strip().splitlines()[-1])
+    ex = LocalExecutor(tmp_path / "logs")
+    h = ex.adopt(pid, start, exit_file)
+    try:
+        if detach:
+            assert h is not None and ex.poll(h) is None  # alive after its launcher exited
+        else:  # the wrapper was the launcher's child: killed with it (a zombie until reaped, or gone)
+            assert h is None or ex.wait(h, 30) is not None
+    finally:
+        if h is not None:
+            ex.stop(h, grace_s=5)

@@ -139,7 +139,7 @@ def test_server_down_start_run_fails_in_seconds(quiet_mlflow: None, monkeypatch:
     t0 = time.monotonic()
     with pytest.raises(TrackingError, match=r"not reachable.*unset MLFLOW_TRACKING_URI"):
         Tracker("rlsched-test")
-    assert time.monotonic() - t0 < 10.0
+    assert time.monotonic() - t0 < 60.0  # not MLflow's minutes of retries (a guard, not a speed target)
 
 
 def test_importing_tracking_registry_and_cli_is_light() -> None:

@@ -5,6 +5,8 @@ creates it). It wraps that node's GPU backend - NVML on a GPU machine, or a simu
 tests and benchmarks - and a :class:`~rlsched.runtime.executor.LocalExecutor` whose job processes run
 under the same exit-recording wrapper as on a one-machine service. The service stays the only
 decision-maker: the agent never places, queues or retries anything, it does what it is told and reports.
+Job processes are detached from the agent (``LocalExecutor(detach=True)``): Ray kills a worker's children
+when the worker exits, and jobs must outlive a dead agent or raylet, to be re-adopted or fenced.
 
 Configuration comes from the node's environment (``ray start`` passes its environment to the agent):
 
@@ -150,7 +152,7 @@ class NodeAgent:
         with self._lock:
             ex = self._executors.get(hostname)
             if ex is None:
-                ex = self._executors[hostname] = LocalExecutor(self.state_dir / "logs" / hostname)
+                ex = self._executors[hostname] = LocalExecutor(self.state_dir / "logs" / hostname, detach=True)
             return ex
 
     def _devices_of(self, hostname: str) -> set[str]:
