@@ -29,7 +29,9 @@ An experiment names what to train on and how (keys not listed are errors with a
     total_steps: 200000
     seed: 0
     bc: {steps: 20000, epochs: 5, teacher: sjf}  # behaviour-cloning warm start (0 steps = off);
-                                        # keep: 0.5 keeps an annealed imitation loss during PPO
+                                        # keep: 0.5 keeps an annealed imitation loss during PPO;
+                                        # teacher: lookahead labels states by rollouts of the follow
+                                        # teachers (candidates, label_every, label_horizon_s, label_margin)
     eval_every_steps: 50000
     checkpoint_every_steps: 25000
     mlflow: {experiment: rlsched, registered_model: rlsched-ppo}
@@ -114,6 +116,18 @@ class BcParams:
     #: orderings differ, so every teacher ties and the first nominator wins by default
     select_episodes: int = 3
     select_jobs: int = 0
+    #: lookahead (rlsched.train.lookahead): the nominators whose follow teachers are rolled out at each
+    #: label (empty: every nominator; the first is the default), a new label every ``label_every``
+    #: decisions with a choice, rollouts of ``label_horizon_s`` simulated seconds, and the fraction of
+    #: the default's penalty another candidate must save to be followed instead
+    candidates: tuple[str, ...] = ()
+    label_every: int = 100
+    label_horizon_s: float = 86_400.0
+    label_margin: float = 0.02
+
+    def lookahead_candidates(self, nominators: tuple[str, ...]) -> tuple[str, ...]:
+        """The candidates the lookahead teacher rolls out: ``candidates``, or every nominator."""
+        return tuple(self.candidates) or nominators
 
 
 @dataclass(frozen=True)
@@ -617,7 +631,7 @@ def _check_bc(exp: Experiment, path: Path) -> None:
 
     if not is_teacher(exp.bc.teacher, exp.nominators):
         follow = ", follow:NAME for a nominator NAME" if exp.nominators else ""
-        needs = " (best-follow and follow:NAME need nominators:)" if not exp.nominators else ""
+        needs = " (best-follow, lookahead and follow:NAME need nominators:)" if not exp.nominators else ""
         raise ExperimentError(f"{path}: bc.teacher must be one of {', '.join(TEACHERS)}{follow}, "
                               f"got {exp.bc.teacher!r}{needs}")
     if exp.bc.keep < 0 or exp.bc.keep_batches < 1:
@@ -629,6 +643,30 @@ def _check_bc(exp: Experiment, path: Path) -> None:
                               f"{exp.bc.select_episodes} and {exp.bc.select_jobs}")
     if exp.bc.keep > 0 and exp.bc.steps <= 0:
         raise ExperimentError(f"{path}: bc.keep needs bc.steps > 0 (the teacher's samples it imitates)")
+    _check_lookahead(exp, path)
+
+
+def _check_lookahead(exp: Experiment, path: Path) -> None:
+    """The lookahead teacher's keys: candidates among the nominators, positive spacing and horizon."""
+    bc = exp.bc
+    if not isinstance(bc.candidates, list | tuple) or not all(isinstance(c, str) for c in bc.candidates):
+        raise ExperimentError(f"{path}: bc.candidates must be a list of nominator names, got {bc.candidates!r}")
+    unknown = [c for c in bc.candidates if c not in exp.nominators]
+    if unknown:
+        raise ExperimentError(f"{path}: bc.candidates: {', '.join(map(repr, unknown))} not among the nominators "
+                              f"({', '.join(exp.nominators) or 'none'})")
+    if len(set(bc.candidates)) != len(bc.candidates):
+        raise ExperimentError(f"{path}: bc.candidates names a nominator twice: {list(bc.candidates)}")
+    try:
+        every, horizon, margin = int(bc.label_every), float(bc.label_horizon_s), float(bc.label_margin)
+    except (TypeError, ValueError):
+        raise ExperimentError(f"{path}: bc.label_every, bc.label_horizon_s and bc.label_margin must be numbers, "
+                              f"got {bc.label_every!r}, {bc.label_horizon_s!r}, {bc.label_margin!r}") from None
+    if every < 1 or not horizon > 0 or not 0.0 <= margin < 1.0:
+        raise ExperimentError(f"{path}: bc.label_every must be >= 1, bc.label_horizon_s > 0 and bc.label_margin "
+                              f"in [0, 1), got {bc.label_every}, {bc.label_horizon_s} and {bc.label_margin}")
+    if bc.candidates and bc.teacher != "lookahead":
+        raise ExperimentError(f"{path}: bc.candidates only applies to bc.teacher: lookahead (got {bc.teacher!r})")
 
 
 def _parse(data: dict[str, Any], path: Path) -> Experiment:

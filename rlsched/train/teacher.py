@@ -46,7 +46,9 @@ from rlsched.policies.heuristics.autoscale import provisioning_gpus
 from rlsched.policies.rules import RuleParams, build_rules, owned_actions
 
 #: teacher names accepted by ``bc.teacher`` in an experiment file (plus ``follow:NAME`` for a nominator NAME)
-TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "best-follow")
+TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "best-follow", "lookahead")
+#: teachers that pick among the follow teachers (per world, per state) rather than act themselves
+PICKERS = ("best-follow", "lookahead")
 #: ``follow:NAME`` teaches "place what heuristic NAME would place next" through a nominating codec
 FOLLOW = "follow:"
 
@@ -55,7 +57,7 @@ def is_teacher(rule: str, nominators: tuple[str, ...] = ()) -> bool:
     """Whether ``rule`` names a teacher usable with a codec nominating with ``nominators``."""
     if rule.startswith(FOLLOW):
         return rule[len(FOLLOW):] in nominators
-    if rule == "best-follow":
+    if rule in PICKERS:
         return bool(nominators)
     return rule in TEACHERS
 
@@ -247,7 +249,7 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
     """The teacher's choice (``rule``: one of :data:`TEACHERS` or ``follow:NAME``) among the legal actions."""
     if rule.startswith(FOLLOW):
         return _follow_action(codec, state, mask, rule[len(FOLLOW):])
-    if rule not in TEACHERS or rule == "best-follow":
+    if rule not in TEACHERS or rule in PICKERS:
         raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
     if rule == "sjf-spot-first":
         return _spot_first_action(codec, state, mask)
@@ -302,7 +304,7 @@ class TeacherScheduler:
 
     def __init__(self, rule: str, window: int = 16, max_pools: int = 4, rules: RuleParams | None = None,
                  nominators: tuple[str, ...] = (), preempt_slots: int = 0) -> None:
-        if not is_teacher(rule, nominators) or rule == "best-follow":
+        if not is_teacher(rule, nominators) or rule in PICKERS:
             raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
         self.rule = rule
         self.name = f"teacher:{rule}"

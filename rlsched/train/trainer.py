@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,15 +103,23 @@ class TeacherData:
     masks: np.ndarray
     actions: np.ndarray
     returns: np.ndarray  # discounted, unscaled
+    #: the lookahead teacher's picks per candidate nominator (empty for the other teachers)
+    labels: dict[str, int] = field(default_factory=dict)
 
 
 def collect_teacher(exp: Experiment, worlds: list[World], steps: int,
                     log: Callable[[str], None] = print) -> TeacherData:
     """Roll the teacher through training worlds and compute its discounted returns."""
+    from rlsched.train.lookahead import LookaheadTeacher
     from rlsched.train.teacher import best_follow_rules, teacher_action
 
     env = MultiWorldEnv(worlds, **_env_kwargs(exp))
     rule_of: dict[int, str] = {}
+    lookahead = None
+    if exp.bc.teacher == "lookahead":
+        lookahead = LookaheadTeacher(exp.bc.lookahead_candidates(exp.nominators),
+                                     horizon_s=float(exp.bc.label_horizon_s), margin=float(exp.bc.label_margin),
+                                     every=int(exp.bc.label_every), log=log)
     if exp.bc.teacher == "best-follow":
         picked = best_follow_rules(env.envs, exp.nominators, episodes=exp.bc.select_episodes,
                                    seed=exp.seed + 20_000, jobs=exp.bc.select_jobs or None)
@@ -124,7 +132,8 @@ def collect_teacher(exp: Experiment, worlds: list[World], steps: int,
     for i in range(steps):
         inner = env.current
         mask = inner.action_masks()
-        a = teacher_action(inner.codec, inner.engine.state, mask, rule=rule_of.get(id(inner), exp.bc.teacher))
+        rule = lookahead.rule_for(inner, mask) if lookahead else rule_of.get(id(inner), exp.bc.teacher)
+        a = teacher_action(inner.codec, inner.engine.state, mask, rule=rule)
         for k, v in obs.items():
             observations[k].append(v)
         masks.append(mask.copy())
@@ -139,8 +148,10 @@ def collect_teacher(exp: Experiment, worlds: list[World], steps: int,
     for i in range(len(rewards) - 1, -1, -1):
         acc = rewards[i] + (0.0 if dones[i] else exp.ppo.gamma * acc)
         returns[i] = acc
+    if lookahead is not None:
+        log(lookahead.summary())
     return TeacherData({k: np.stack(v) for k, v in observations.items()}, np.stack(masks),
-                       np.array(actions), returns)
+                       np.array(actions), returns, dict(lookahead.labels) if lookahead else {})
 
 
 def reward_scale_from(returns: np.ndarray) -> float:
@@ -594,6 +605,7 @@ class _TrainingRun:
                 warm_start(model, exp, _codec(exp).signature(), self.log)
             elif exp.bc.steps > 0 and data is not None:
                 bc_stats = behaviour_clone(model, exp, data, scale, self.log)
+                bc_stats.update({f"bc/labels_{name}": float(n) for name, n in data.labels.items()})
                 self.log(f"behaviour cloning: teacher agreement {bc_stats['bc/agreement_before']:.1%} -> "
                          f"{bc_stats['bc/agreement_after']:.1%} on {int(bc_stats['bc/samples'])} samples, "
                          f"{bc_stats['bc/choice_agreement_before']:.1%} -> "
@@ -714,7 +726,9 @@ def _teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
         return TeacherScheduler(rule, exp.window, exp.max_pools, rules=exp.rule_params(), nominators=exp.nominators,
                                 preempt_slots=exp.preempt_slots)
 
-    taught = [f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow" else [exp.bc.teacher]
+    taught = ([f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow"
+              else [f"{FOLLOW}{n}" for n in exp.bc.lookahead_candidates(exp.nominators)]
+              if exp.bc.teacher == "lookahead" else [exp.bc.teacher])
     return [functools.partial(teacher, rule) for rule in taught]
 
 
