@@ -427,6 +427,11 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             "running": len(eng.state.running),
         }
 
+    def static_inputs(self) -> list[Any]:
+        """What no step changes (the scenario, its sorted jobs, the fitted forecaster template): a copy of
+        the environment for a lookahead can share these instead of copying them."""
+        return [x for x in (self.scenario, self._jobs_sorted, self.forecaster) if x is not None]
+
     def action_masks(self) -> np.ndarray:
         """Legal actions now (for ``sb3_contrib.MaskablePPO``).
 

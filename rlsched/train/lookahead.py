@@ -40,10 +40,7 @@ from rlsched.train.teacher import FOLLOW, teacher_action
 
 def _static_memo(env: Any) -> dict[int, Any]:
     """Deep-copy memo entries that keep an episode's read-only inputs shared with the original."""
-    memo: dict[int, Any] = {id(env.scenario): env.scenario, id(env._jobs_sorted): env._jobs_sorted}
-    if env.forecaster is not None:
-        memo[id(env.forecaster)] = env.forecaster
-    return memo
+    return {id(x): x for x in env.static_inputs()}
 
 
 def rollout_penalty(env: Any, rule: str, horizon_s: float, max_steps: int = 100_000) -> float:
