@@ -47,6 +47,24 @@ STRANDED_PENALTY_H = 100.0
 _STRANDED_PREFIXES = ("never placed", "unfinished at the simulation horizon")
 
 
+def episode_slice(jobs: Sequence[Job], n: int | None, rng: np.random.Generator) -> tuple[list[Job], float]:
+    """A random run of ``n`` consecutive jobs of ``jobs`` (sorted by submission) and the shift applied.
+
+    The run is moved back by whole days (its first submission's day becomes day 0) so the
+    time-of-day signals of the trace survive; the shift is returned so a forecaster can be
+    moved with it. ``n`` None (or at least the trace's length): every job, unshifted.
+    """
+    if n is None or n >= len(jobs):
+        return list(jobs), 0.0
+    start = int(rng.integers(0, len(jobs) - n + 1))
+    part = list(jobs[start: start + n])
+    shift = math.floor(part[0].submit_time / _DAY_S) * _DAY_S
+    if shift == 0.0:
+        return part, 0.0
+    return [replace(j, submit_time=j.submit_time - shift,
+                    deadline=None if j.deadline is None else j.deadline - shift) for j in part], shift
+
+
 class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
     """Schedule a GPU cluster (on-prem, MIG, spot and on-demand pools) replaying a real trace.
 
@@ -230,19 +248,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ episode
     def _episode_jobs(self) -> list[Job]:
-        jobs = self._jobs_sorted
-        n = self.episode_jobs
-        self._shift = 0.0
-        if n is None or n >= len(jobs):
-            return jobs
-        start = int(self.np_random.integers(0, len(jobs) - n + 1))
-        part = jobs[start: start + n]
-        shift = math.floor(part[0].submit_time / _DAY_S) * _DAY_S
-        self._shift = shift
-        if shift == 0.0:
-            return part
-        return [replace(j, submit_time=j.submit_time - shift,
-                        deadline=None if j.deadline is None else j.deadline - shift) for j in part]
+        jobs, self._shift = episode_slice(self._jobs_sorted, self.episode_jobs, self.np_random)
+        return jobs
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from rlsched.errors import RlschedError
 from rlsched.learned.complement import Complement
 from rlsched.learned.ppo_numpy import NumpySlotScorer
 from rlsched.policies.rules import RULES, Rule, RuleParams, build_rules, owned_actions, rule_file, run_rules
+
+if TYPE_CHECKING:
+    from rlsched.learned.selector import SelectorModel, SelectorScheduler
 
 POLICY_FILE = "policy.pt"
 CODEC_FILE = "codec.json"
@@ -106,6 +109,10 @@ class PolicyModel:
     def new_rules(self) -> list[Rule]:
         """Fresh rules like the ones the model was trained behind, in acting order (empty: none)."""
         return build_rules(self.rule_params)
+
+    def scheduler(self, name: str | None = None) -> PpoScheduler:
+        """A scheduler serving this model (what :func:`make_ppo_policy` gives for its folder)."""
+        return PpoScheduler(self, name=name or "ppo")
 
     def new_codec(self) -> ObservationCodec:
         """A codec like the one the model was trained with (checked against the signature).
@@ -265,12 +272,24 @@ def _numpy_mirror(net: Any) -> NumpySlotScorer | None:
 ModelFetcher = Callable[[str], Path]
 
 
-def load_policy_ref(ref: str, fetch: ModelFetcher | None = None) -> PolicyModel:
+def load_model_folder(folder: Path | str) -> PolicyModel | SelectorModel:
+    """The model in ``folder``, whichever kind it is: a heuristic selector (``selector.json``) or a
+    per-slot network (``policy.pt``). Both have ``card``, ``signature`` and ``scheduler(name)``."""
+    from rlsched.learned.selector import SelectorModel, is_selector_folder
+
+    if is_selector_folder(folder):
+        return SelectorModel.load(folder)
+    return PolicyModel.load(folder)
+
+
+def load_policy_ref(ref: str, fetch: ModelFetcher | None = None) -> PolicyModel | SelectorModel:
     """A model from a folder path or an MLflow ``models:/NAME@ALIAS`` / ``models:/NAME/VERSION`` URI.
 
     A URI is fetched with ``fetch``: the registry lives above this layer, so the caller
     that accepts URIs passes its fetcher. The model's demand forecaster
-    (``forecaster.json``), if any, is in ``model.forecast``.
+    (``forecaster.json``), if any, is in ``model.forecast``. A folder with a
+    ``selector.json`` is a heuristic selector (:mod:`rlsched.learned.selector`); both kinds
+    give their scheduler with ``model.scheduler(name)``.
     """
     folder: Path | str = ref
     if ref.startswith("models:/"):
@@ -278,7 +297,9 @@ def load_policy_ref(ref: str, fetch: ModelFetcher | None = None) -> PolicyModel:
             raise ModelError(f"{ref}: a models:/ URI needs a registry fetcher "
                              "(e.g. rlsched.train.registry.download_model); none was given")
         folder = fetch(ref)
-    model = PolicyModel.load(folder)
+    model = load_model_folder(folder)
+    if not isinstance(model, PolicyModel):
+        return model
     model.forecast = load_model_forecast(folder)
     return model
 
@@ -360,11 +381,13 @@ def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: C
         yield decision
 
 
-def make_ppo_policy(ref: str, name: str | None = None, fetch: ModelFetcher | None = None) -> PpoScheduler:
-    """``ppo:REF`` for ``--policy``: REF is a model folder or a ``models:/`` URI (fetched with ``fetch``)."""
+def make_ppo_policy(ref: str, name: str | None = None,
+                    fetch: ModelFetcher | None = None) -> PpoScheduler | SelectorScheduler:
+    """``ppo:REF`` for ``--policy``: REF is a model folder or a ``models:/`` URI (fetched with ``fetch``);
+    a per-slot model or a heuristic selector, whichever the folder holds."""
     model = load_policy_ref(ref, fetch)
     label = name or (f"ppo:{Path(ref).name}" if not ref.startswith("models:/") else f"ppo:{ref}")
-    return PpoScheduler(model, name=label)
+    return model.scheduler(label)
 
 
 class ModelForecast:

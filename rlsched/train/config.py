@@ -48,6 +48,14 @@ An experiment names what to train on and how (keys not listed are errors with a
       - path: ../exports/jobs.csv       # canonical trace; added to scenarios (mixed with the generator's)
         fleet: 2x8xH100-80GB            # the pools it ran on (a --cluster string)
         eval_fraction: 0.25             # its last quarter (by submission) is evaluation only: later days
+    selector:                           # optional: train a heuristic selector instead of a per-slot network:
+      candidates: [weighted-priority, sjf, fair-share, best-fit]  # the action is which of these schedules
+      hold_s: 3600                      # the next hold_s seconds (rlsched.envs.selector_env); PPO on ppo:,
+      episode_jobs: 1500                # total_steps and network: as for the per-slot network
+      label_count: 3000                 # optional warm start: states labelled by each candidate's rollout
+      label_every: 2                    # (rlsched.train.selector_labels); a label every N choices, each
+      label_horizon_s: 86400            # rollout this long, soft targets at this temperature (a fraction
+      label_temperature: 0.02           # of the best cost), cloned for label_epochs
     init_from: models:/rlsched-ppo@champion  # optional warm start: a registered version or a model folder
                                         # (its codec signature must match this experiment's; no cloning)
     output: ../models/default           # model folder written at the end
@@ -283,6 +291,31 @@ class GeneratedParams:
     max_nodes: int = 128
 
 
+@dataclass(frozen=True)
+class SelectorParams:
+    """``selector:`` - the policy chooses which heuristic schedules, not which job
+    (:class:`rlsched.envs.selector_env.SelectorEnv`, :mod:`rlsched.learned.selector`).
+
+    Every ``hold_s`` seconds one of ``candidates`` (registered heuristics) is chosen from
+    the regime features and schedules until the next choice. Episodes are runs of
+    ``episode_jobs`` consecutive jobs of a training world: long enough for the backlogs in
+    which orderings differ. PPO's settings come from ``ppo:``, its length from
+    ``total_steps`` (one step = one choice), the hidden width from ``network.hidden``.
+    """
+
+    candidates: tuple[str, ...] = ("weighted-priority", "sjf", "fair-share", "best-fit")
+    hold_s: float = 3600.0
+    episode_jobs: int = 1500
+    #: warm start on counterfactual labels (rlsched.train.selector_labels): states labelled (0: none),
+    #: a label every this many choices, each candidate's rollout horizon, the soft targets' temperature
+    #: (a fraction of the best cost) and the cloning epochs
+    label_count: int = 0
+    label_every: int = 2
+    label_horizon_s: float = 86400.0
+    label_temperature: float = 0.02
+    label_epochs: int = 30
+
+
 #: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
 #: schema. Kept here rather than derived from RULES so that reading an experiment does not import
 #: the policies; a test checks that both name the same rules in the same order.
@@ -333,6 +366,8 @@ class Experiment:
     mig_resplit: MigResplitParams | None = None
     gate: GateParams | None = field(default_factory=GateParams)
     generated: GeneratedParams | None = None
+    #: a heuristic selector instead of the per-slot network (None: the per-slot network)
+    selector: SelectorParams | None = None
     #: warm start: the weights of this model folder or ``models:/`` version (see rlsched.train.warm_start)
     init_from: str = ""
     output: str = ""
@@ -526,6 +561,46 @@ def _generated(d: Any) -> GeneratedParams | None:
     return g
 
 
+def _selector(d: Any) -> SelectorParams | None:
+    """``selector:`` - absent: a per-slot network; a mapping: checked (registered, distinct candidates)."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ExperimentError(f"selector: expected a mapping, got {d!r}")
+    _keys("selector", d, _names(SelectorParams))
+    cands = d.get("candidates", SelectorParams.candidates)
+    if isinstance(cands, str) or not isinstance(cands, (list, tuple)) or len(cands) < 2:
+        raise ExperimentError(f"selector.candidates: a list of at least two heuristic names, got {cands!r}")
+    names = tuple(str(c) for c in cands)
+    if len(set(names)) != len(names):
+        raise ExperimentError(f"selector.candidates: each heuristic once, got {list(names)}")
+    from rlsched.policies import make_policy
+
+    for n in names:
+        if ":" in n:
+            raise ExperimentError(f"selector.candidates: {n!r}: plain heuristic names (no parameters)")
+        try:
+            make_policy(n)
+        except RlschedError as exc:
+            raise ExperimentError(f"selector.candidates: {exc}") from None
+    ints = ("episode_jobs", "label_count", "label_every", "label_epochs")
+    floats = ("hold_s", "label_horizon_s", "label_temperature")
+    try:
+        num: dict[str, Any] = {k: int(d.get(k, getattr(SelectorParams, k))) for k in ints}
+        num.update({k: float(d.get(k, getattr(SelectorParams, k))) for k in floats})
+    except (TypeError, ValueError):
+        raise ExperimentError(f"selector: {', '.join(ints + floats)} must be numbers") from None
+    if not num["hold_s"] > 0 or num["episode_jobs"] < 2:
+        raise ExperimentError(f"selector: hold_s must be > 0 and episode_jobs >= 2, got {num['hold_s']:g} / "
+                              f"{num['episode_jobs']}")
+    if num["label_count"] < 0 or num["label_every"] < 1 or num["label_epochs"] < 1:
+        raise ExperimentError("selector: label_count must be >= 0, label_every and label_epochs >= 1")
+    if not (num["label_horizon_s"] >= num["hold_s"] and num["label_temperature"] > 0):
+        raise ExperimentError(f"selector: label_horizon_s must be >= hold_s and label_temperature > 0, got "
+                              f"{num['label_horizon_s']:g} / {num['label_temperature']:g}")
+    return SelectorParams(names, **num)
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Read and validate an experiment YAML; every problem is an ExperimentError naming file and key."""
     path = Path(path)
@@ -715,6 +790,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
         gate=_gate(data.get("gate")), generated=_generated(data.get("generated")),
+        selector=_selector(data.get("selector")),
         init_from=_init_from(data.get("init_from"), base), output=out, source=str(path),
     )
     _check_bc(exp, path)

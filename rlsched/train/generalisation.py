@@ -136,9 +136,7 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> floa
     from rlsched.train.evaluate import run_world
 
     if name == CANDIDATE:
-        from rlsched.learned.ppo import PpoScheduler
-
-        rep = run_world(world, PpoScheduler(model(), name=CANDIDATE))
+        rep = run_world(world, model().scheduler(CANDIDATE))
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
     elif name.endswith(RULED):

@@ -69,7 +69,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlsched.learned.ppo import CODEC_FILE, ModelError, PolicyModel
+from rlsched.learned.ppo import CODEC_FILE, ModelError, PolicyModel, load_model_folder
+from rlsched.learned.selector import SELECTOR_FILE, SelectorModel
 from rlsched.train.tracking import TrackingError, configure, ensure_experiment, tracking_uri
 
 if TYPE_CHECKING:
@@ -105,6 +106,24 @@ class ModelRegistryUnavailable(TrackingError, ModelError):
 
 
 # ---------------------------------------------------------------------- the pyfunc model
+def predict_selections(model: SelectorModel, model_input: Any) -> np.ndarray:
+    """A selector's pyfunc ``predict``: regime feature rows (N, F) or one row (F,) -> candidate indices (N,).
+
+    The candidates' names are in the model's ``selector.json`` (artifact ``policy``), in index order.
+    Raises :class:`ModelError` for a row of the wrong width or non-finite values.
+    """
+    x = np.asarray(model_input.get("features") if isinstance(model_input, Mapping) else model_input, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[None, :]
+    width = len(model.features)
+    if x.ndim != 2 or x.shape[1] != width:
+        raise ModelError(f"predict expects rows of {width} regime features ({', '.join(model.features)}), "
+                         f"got shape {tuple(x.shape)}")
+    if not np.isfinite(x).all():
+        raise ModelError("predict input has non-finite regime features")
+    return np.asarray([int(np.argmax(model.logits(row))) for row in x], dtype=np.int64)
+
+
 def predict_actions(model: PolicyModel, model_input: Any) -> np.ndarray:
     """Greedy legal actions for encoded observations: the pyfunc model's ``predict``.
 
@@ -161,11 +180,11 @@ def predict_actions(model: PolicyModel, model_input: Any) -> np.ndarray:
 class _PolicyPyfuncImpl:
     """The body of :class:`PolicyPyfunc` (kept apart so MLflow is only imported when one is made)."""
 
-    model: PolicyModel | None = None
+    model: PolicyModel | SelectorModel | None = None
 
     def load_context(self, context: Any) -> None:
-        """Load the model folder MLflow unpacked as the ``policy`` artifact."""
-        self.model = PolicyModel.load(context.artifacts[POLICY_ARTIFACT])
+        """Load the model folder MLflow unpacked as the ``policy`` artifact (either kind of model)."""
+        self.model = load_model_folder(context.artifacts[POLICY_ARTIFACT])
 
     def predict(self, context, model_input, params=None):
         """Encoded observation(s) + mask(s) -> greedy legal action(s); see :func:`predict_actions`.
@@ -177,6 +196,8 @@ class _PolicyPyfuncImpl:
         """
         if self.model is None:
             raise ModelError("PolicyPyfunc.predict called before load_context")
+        if isinstance(self.model, SelectorModel):
+            return predict_selections(self.model, model_input)
         return predict_actions(self.model, model_input)
 
 
@@ -377,7 +398,7 @@ def candidate_entry(ev: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | 
     return ev[keys[0]] if len(keys) == 1 else None
 
 
-def registration_tags(model: PolicyModel, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+def registration_tags(model: PolicyModel | SelectorModel, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The tags a new version gets: signature, training data, commit, eval summary (+ ``extra``).
 
     ``eval_metrics`` carries the whole evaluation summary as JSON (what :func:`promote`
@@ -477,7 +498,7 @@ def register_policy(
         TrackingError: the server is down or refused a step (nothing left registered).
     """
     folder = Path(folder)
-    model = PolicyModel.load(folder)
+    model = load_model_folder(folder)
     version_tags = registration_tags(model, tags)
     configure()
     import mlflow
@@ -683,12 +704,13 @@ def _policy_folder(root: Path, what: str) -> Path:
         rel = meta["flavors"]["python_function"]["artifacts"][POLICY_ARTIFACT]["path"]
         folder = root / rel
     except (OSError, KeyError, TypeError, yaml.YAMLError):
-        hits = sorted(p.parent for p in root.rglob(CODEC_FILE))
+        hits = sorted({p.parent for name in (CODEC_FILE, SELECTOR_FILE) for p in root.rglob(name)})
         if len(hits) != 1:
             raise ModelError(f"{what}: not an rlsched policy (no '{POLICY_ARTIFACT}' artifact)") from None
         folder = hits[0]
-    if not (folder / CODEC_FILE).exists():
-        raise ModelError(f"{what}: artifact '{POLICY_ARTIFACT}' is not a model folder (no {CODEC_FILE})")
+    if not (folder / CODEC_FILE).exists() and not (folder / SELECTOR_FILE).exists():
+        raise ModelError(f"{what}: artifact '{POLICY_ARTIFACT}' is not a model folder (no {CODEC_FILE} "
+                         f"or {SELECTOR_FILE})")
     return folder
 
 
@@ -832,7 +854,7 @@ def _version_eval(mv: Any) -> tuple[dict[str, dict[str, Any]], str | None]:
             pass
     with tempfile.TemporaryDirectory(prefix="rlsched-card-") as tmp:
         folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
-        card = PolicyModel.load(folder).card
+        card = load_model_folder(folder).card
     return card_eval(card), eval_set_id(card)
 
 
@@ -848,7 +870,7 @@ def _version_families(mv: Any) -> dict[str, Any] | None:
             return fam
     with tempfile.TemporaryDirectory(prefix="rlsched-card-") as tmp:
         folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
-        return card_families(PolicyModel.load(folder).card)
+        return card_families(load_model_folder(folder).card)
 
 
 def gate_version(name: str, version: int | str, *, families: list[str] | None = None, windows: int = 3,
@@ -865,7 +887,7 @@ def gate_version(name: str, version: int | str, *, families: list[str] | None = 
     mv = resolve_version(ModelRef(name, version=int(version)))
     with tempfile.TemporaryDirectory(prefix="rlsched-gate-") as tmp:
         folder = download_model(f"models:/{mv.name}/{mv.version}", tmp)
-        card = PolicyModel.load(folder).card
+        card = load_model_folder(folder).card
         spot = is_spot_model(dict(card))
         fams = resolve(families or (["spot"] if spot else ["generated"]))
         report = evaluate_families(fams, str(folder), card=card, windows=windows, max_jobs=max_jobs,

@@ -426,6 +426,10 @@ def train(
     learner, the periodic evaluation and the MLflow run stay in this process. The MLflow run is tagged
     with the address and the number of environment actors.
     """
+    if exp.selector is not None:  # the policy chooses a heuristic, not a job: its own environment and network
+        from rlsched.train.selector_train import train_selector
+
+        return train_selector(exp, run_dir=run_dir, resume=resume, log=log, quiet=quiet, track=track)
     import sb3_contrib  # noqa: F401  (without the train extra, fail before building any world)
     import torch
 
