@@ -61,6 +61,15 @@ class DurationEstimator:
         self.log_error = 0.0
         self._errors = 0
 
+    @property
+    def scored(self) -> int:
+        """Finished jobs :attr:`log_error` is computed over (0: the error is not known yet)."""
+        return self._errors
+
+    def knows(self, job: Job) -> bool:
+        """Whether ``job``'s user has finished a job before (else its estimate is the cluster's or the prior)."""
+        return self.oracle or job.user in self._stats
+
     def observe(self, job: Job, duration: float) -> None:
         """Learn from a completed job's actual run time."""
         self.version += 1

@@ -5,7 +5,10 @@ heuristic schedules the next stretch of time. What that choice depends on is the
 how deep the backlog is against the fleet, whether the duration estimates can be trusted
 (shortest-first by a poor estimate loses to weighted-priority), how mixed the queued
 durations are (the gain of shortest-first grows with the spread), whether one tenant
-dominates the queue (fair-share's case), how much of it is fractional or gang-sized.
+dominates the queue (fair-share's case), how much of it is fractional or gang-sized. The
+estimator's error reads 0 before any job has finished, so two features say how much it knows:
+how many finishes the error is measured over, and how much of the queue belongs to users it has
+never seen finish (a cold start with a backlog looks like perfect estimates otherwise).
 
 Every feature is a ratio, a share or a logarithm of one, so it keeps its range when the
 fleet grows from 4 to 128 nodes or the queue from 10 to 10,000 jobs: a network trained on
@@ -38,6 +41,8 @@ REGIME_FEATURES: tuple[str, ...] = (
     "top_user_share",            # the largest tenant's share of the queue
     "fractional_share",          # queued jobs asking for less than one GPU
     "gang_share",                # queued jobs asking for more GPUs than the largest node has
+    "estimator_confidence",      # finished jobs the error is known over, n / (n + 20): 0 on a cold start
+    "unestimated_share",         # queued jobs whose user has no finished job (their estimate is a guess)
 )
 
 
@@ -58,11 +63,12 @@ def regime_features(state: ClusterState) -> np.ndarray:
     out = np.zeros(len(REGIME_FEATURES), dtype=np.float32)
     out[2] = _clip(state.allocated / capacity)
     out[4] = _clip(est.log_error)
+    out[10] = est.scored / (est.scored + 20.0)
     demand = 0.0
     log_est: list[float] = []
     waits = 0.0
     users: dict[str, int] = {}
-    fractional = gang = 0
+    fractional = gang = unknown = 0
     for run in queue:
         job = run.job
         demand += job.gpu_demand
@@ -71,6 +77,7 @@ def regime_features(state: ClusterState) -> np.ndarray:
         users[job.user] = users.get(job.user, 0) + 1
         fractional += job.gpu_demand < 1.0
         gang += job.num_gpus > biggest
+        unknown += not est.knows(job)
     out[0] = _clip(math.log1p(demand / capacity))
     out[1] = _clip(math.log1p(len(queue) / nodes))
     if queue:
@@ -82,6 +89,7 @@ def regime_features(state: ClusterState) -> np.ndarray:
         out[7] = max(users.values()) / n
         out[8] = fractional / n
         out[9] = gang / n
+        out[11] = unknown / n
         mean_est_h = math.exp(float(arr.mean())) / 3600.0
     else:
         mean_est_h = 1.0

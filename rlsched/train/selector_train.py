@@ -161,12 +161,13 @@ def warm_start(model: Any, params: SelectorParams, worlds: list[World], run_dir:
 
     import numpy as np
 
+    from rlsched.envs.regime import REGIME_FEATURES
     from rlsched.train.selector_labels import SelectorLabels, clone_labels, collect_labels
 
     key = hashlib.sha256(json.dumps({
         "candidates": params.candidates, "hold_s": params.hold_s, "episode_jobs": params.episode_jobs,
         "count": params.label_count, "every": params.label_every, "horizon_s": params.label_horizon_s,
-        "seed": seed, "worlds": [w.label for w in worlds]}).encode()).hexdigest()[:16]
+        "seed": seed, "worlds": [w.label for w in worlds], "features": REGIME_FEATURES}).encode()).hexdigest()[:16]
     cache = run_dir / "selector_labels.npz"
     labels = None
     if cache.exists():

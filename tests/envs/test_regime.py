@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rlsched.cluster.job import Job
 from rlsched.cluster.shorthand import parse_cluster
@@ -55,3 +56,27 @@ def test_gang_and_fractional_shares() -> None:
     x = regime_features(engine.state)
     assert abs(float(x[REGIME_FEATURES.index("gang_share")]) - 1 / 3) < 1e-6
     assert abs(float(x[REGIME_FEATURES.index("fractional_share")]) - 1 / 3) < 1e-6
+
+
+def test_a_cold_estimator_says_so() -> None:
+    """Before any job finished the error reads 0; confidence and the never-estimated share tell it apart."""
+    jobs = [Job("a1", 0.0, 600.0, user="a"), Job("a2", 10.0, 600.0, user="a"), Job("b1", 20.0, 600.0, user="b"),
+            Job("a3", 1200.0, 600.0, user="a"), Job("b2", 1200.0, 600.0, user="b")]
+    engine = Engine(parse_cluster("1x8xA100-80GB"), jobs)
+    from rlsched.policies import make_policy
+
+    sched = make_policy("fifo")
+    sched.reset(engine.state)
+    conf, unknown = REGIME_FEATURES.index("estimator_confidence"), REGIME_FEATURES.index("unestimated_share")
+    seen = []
+    while engine.advance():
+        x = regime_features(engine.state)
+        if engine.state.queue:
+            seen.append((engine.now, float(x[conf]), float(x[unknown])))
+        for d in sched.decide(engine.state):
+            engine.apply(d)
+    assert seen[0][1] == 0.0 and seen[0][2] == 1.0  # nothing finished, nobody known
+    late = [s for s in seen if s[0] >= 1200.0]
+    # by t=1200 a1, a2 and b1 have finished: three scored, both users known
+    assert late and late[0][1] == pytest.approx(3 / 23) and late[0][2] == 0.0
+    assert engine.state.estimator.scored == 5 and engine.state.estimator.knows(jobs[0])
