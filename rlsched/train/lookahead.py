@@ -38,8 +38,9 @@ import numpy as np
 from rlsched.train.teacher import FOLLOW, teacher_action
 
 
-def _static_memo(env: Any) -> dict[int, Any]:
-    """Deep-copy memo entries that keep an episode's read-only inputs shared with the original."""
+def static_memo(env: Any) -> dict[int, Any]:
+    """Deep-copy memo entries that keep an episode's read-only inputs (what ``env.static_inputs()`` names)
+    shared with the original; used for every counterfactual copy of a training environment."""
     return {id(x): x for x in env.static_inputs()}
 
 
@@ -50,7 +51,7 @@ def rollout_penalty(env: Any, rule: str, horizon_s: float, max_steps: int = 100_
     ends, or after ``max_steps`` decisions (a guard; auto-advance makes each step move the
     clock or place something, so it is not reached in practice).
     """
-    sim = copy.deepcopy(env, _static_memo(env))
+    sim = copy.deepcopy(env, static_memo(env))
     start = sim.engine.now
     penalty = 0.0
     for _ in range(max_steps):

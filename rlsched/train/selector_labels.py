@@ -34,6 +34,7 @@ from rlsched.cluster.model import ClusterState
 from rlsched.envs.selector_env import SelectorEnv
 from rlsched.scenario import Scenario
 from rlsched.train.config import SelectorParams
+from rlsched.train.lookahead import static_memo
 
 
 @dataclass
@@ -61,14 +62,9 @@ def owed_work(state: ClusterState) -> float:
     return float(owed)
 
 
-def _memo(env: SelectorEnv) -> dict[int, Any]:
-    """Deep-copy memo entries that keep the episode's read-only inputs shared with the original."""
-    return {id(x): x for x in env.static_inputs()}
-
-
 def rollout_cost(env: SelectorEnv, action: int, horizon_s: float) -> float:
     """Job-seconds of candidate ``action`` scheduling a copy of ``env`` for ``horizon_s``, plus the work owed."""
-    sim = copy.deepcopy(env, _memo(env))
+    sim = copy.deepcopy(env, static_memo(env))
     start = sim.engine.now
     cost = 0.0
     while True:
