@@ -22,7 +22,7 @@ queue length:
 * ``--warmup`` samples are discarded, then ``--repeats`` repeats of ``--samples``
   samples each; the table shows the median over repeats of each repeat's p50/p99.
 
-Schedulers: (a) ``FallbackScheduler(PpoScheduler(models/default), weighted-priority)``
+Schedulers: (a) ``FallbackScheduler(PpoScheduler(models/scorer), weighted-priority)``
 with the default guard (50 ms budget; the fallback count is printed so a run where
 the guard stepped in is visible), (b) ``weighted-priority`` alone. The PPO forward
 pass is the numpy one ``PpoScheduler`` serves with (``--inference torch``: the torch
@@ -151,7 +151,7 @@ def measure(sched: Any, snapshots: list[bytes], warmup: int, repeats: int, sampl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=str(ROOT / "models" / "default"))
+    ap.add_argument("--model", default=str(ROOT / "models" / "scorer"))
     ap.add_argument("--queues", default=None, help="queued jobs, comma-separated (default 10,100,1000)")
     ap.add_argument("--nodes", default=None, help="nodes of 8 A100s, comma-separated (default 1,8,64)")
     ap.add_argument("--repeats", type=int, default=5)

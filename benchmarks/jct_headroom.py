@@ -107,7 +107,7 @@ def _worlds(exp: Any, which: str) -> list[Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--experiment", default=str(ROOT / "experiments" / "default.yaml"))
-    ap.add_argument("--model", default=str(ROOT / "models" / "default"), help="the folder `ppo` variants serve")
+    ap.add_argument("--model", default=str(ROOT / "models" / "scorer"), help="the folder `ppo` variants serve")
     ap.add_argument("--variants", default="weighted-priority,sjf,sjf+oracle,sjf+oracle+preempt=1.2/120,"
                                           "sjf+preempt=2/0,sjf+preempt=10,ppo")
     ap.add_argument("--windows", choices=("evaluation", "holdout", "training"), default="evaluation")

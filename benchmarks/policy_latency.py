@@ -4,7 +4,7 @@ Measured inside ``rlsched simulate``'s loop on the bundled default scenario: eac
 decision of :class:`~rlsched.learned.ppo.PpoScheduler` is timed, and the
 weighted-priority heuristic's decision passes are timed for reference.
 
-    python benchmarks/policy_latency.py models/default
+    python benchmarks/policy_latency.py models/scorer
 """
 
 from __future__ import annotations

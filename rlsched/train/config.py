@@ -58,7 +58,7 @@ An experiment names what to train on and how (keys not listed are errors with a
       label_temperature: 0.02           # of the best cost), cloned for label_epochs
     init_from: models:/rlsched-ppo@champion  # optional warm start: a registered version or a model folder
                                         # (its codec signature must match this experiment's; no cloning)
-    output: ../models/default           # model folder written at the end
+    output: ../models/scorer            # model folder written at the end
 
 Relative paths are relative to the experiment file.
 """

@@ -59,6 +59,9 @@ class TraceFamily:
             ``end_h <= 0`` = up to the end).
         window_jobs: jobs per window when ``window_h`` is 0; a cap otherwise.
         virtual_cluster: Philly only: keep one virtual cluster's jobs.
+        anonymous: drop the tenant of every job (one anonymous user), as in the public traces
+            that give only submission time, duration and GPU count: duration estimates can
+            then learn only per GPU count, and fair share has one tenant to share among.
         fmt: the trace format (``auto`` detects).
         aliases: other file names holding (part of) the same trace, e.g. a bundled sample,
             so :func:`exposure` sees a model that trained on the sample.
@@ -74,6 +77,7 @@ class TraceFamily:
     end_h: float = 0.0
     window_jobs: int = 2000
     virtual_cluster: str | None = None
+    anonymous: bool = False
     fmt: str = "auto"
     aliases: tuple[str, ...] = ()
     kind: str = "trace"
@@ -144,6 +148,8 @@ class TraceFamily:
         from rlsched.sim.engine import SimConfig
 
         pools = parse_cluster(self.cluster)
+        if self.anonymous:
+            jobs = [replace(j, user="") for j in jobs]
         jobs = apply_workload_options(jobs, pools, load_factor=self.load)
         sc = Scenario(name=f"{self.name}[{label}]", pools=pools, jobs=jobs, market=default_market(),
                       sim=SimConfig(seed=0), source=f"{self.path}|{label}")
@@ -380,6 +386,8 @@ def _trace_families() -> list[TraceFamily]:
                     "4x8xV100-16GB", 1.0, 48.0, 50.0),
         TraceFamily("philly-big-vc", "Philly's largest virtual cluster alone, 8 x 8 V100, load 1.0", _PHILLY,
                     "8x8xV100-16GB", 1.0, 48.0, 50.0, virtual_cluster="6214e9"),
+        TraceFamily("philly-anon", "Philly, all periods, without tenants (submit, duration, GPUs only), "
+                    "12 x 8 A100, load 0.9", _PHILLY, "12x8xA100-80GB", 0.9, 48.0, 50.0, anonymous=True),
         TraceFamily("openb", "Alibaba openb default pods on 4 whole + 4 MIG A100 nodes, load 1.0",
                     "alibaba-gpu-v2023/openb_pod_list_default.csv", _MIG_FLEET, 1.0, 0.0, window_jobs=1000,
                     aliases=("openb-default-1500.csv",)),

@@ -143,6 +143,14 @@ def spot_summary(card: dict[str, Any]) -> list[str]:
     ]
 
 
+#: the card's trained-actions line: a per-slot model is served behind that record; a selector never acts
+#: itself (its heuristics do, on any fleet), so for it the line only says what its training fleets offered
+_ACTIONS_LINE = {
+    "slots": "trained actions (`actions.json`; the rest is masked and left to weighted-priority when served)",
+    "selector": "training fleets offered (a selector acts only through its heuristics: nothing is masked)",
+}
+
+
 def model_card_markdown(card: dict[str, Any], table: str) -> str:
     """The human model card (MODEL_CARD.md) next to card.json."""
     rel = card["metrics"]["eval_relative"].get("ppo", {})
@@ -162,7 +170,7 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
-        *([f"- trained actions (`actions.json`; the rest is masked and left to weighted-priority when served): "
+        *([f"- {_ACTIONS_LINE['selector' if card.get('selector') else 'slots']}: "
            f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
         *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
         "",

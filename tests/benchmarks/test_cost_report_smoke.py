@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_cost_report_prints_rows_summary_and_target_check() -> None:
     pytest.importorskip("torch")
-    model = ROOT / "models" / "default"
+    model = ROOT / "models" / "scorer"
     if not (model / "policy.pt").exists():
-        pytest.skip("models/default is not in this checkout")
+        pytest.skip("models/scorer is not in this checkout")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "cost_report.py"), "--jobs", "60", "--periods",
          "aws-v100-2020,gcp-h100-2025-03", "--workloads", "philly", "--policies", "spot-greedy,uniform-progress",

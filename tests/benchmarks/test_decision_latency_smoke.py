@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_decision_latency_quick_prints_a_table() -> None:
     pytest.importorskip("torch")
-    if not (ROOT / "models" / "default" / "policy.pt").exists():
-        pytest.skip("models/default is not in this checkout")
+    if not (ROOT / "models" / "scorer" / "policy.pt").exists():
+        pytest.skip("models/scorer is not in this checkout")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "decision_latency.py"), "--quick", "--nodes", "1", "--queues", "10"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,

@@ -25,7 +25,7 @@ def test_guard_latency_prints_a_row_and_its_command(run_benchmark: Callable[...,
 def test_a_model_without_a_guard_is_refused(run_benchmark: Callable[..., Any], spot_experiment: Path) -> None:
     pytest.importorskip("torch")
     proc = run_benchmark("guard_latency.py", "--experiment", str(spot_experiment),
-                         "--model", str(ROOT / "models" / "default"))
+                         "--model", str(ROOT / "models" / "scorer"))
     assert proc.returncode == 1 and "has no deadline guard" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -22,7 +22,7 @@ from tests.envs.conftest import SMALL
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("folder", ["models/default", "models/spot"])
+@pytest.mark.parametrize("folder", ["models/scorer", "models/spot"])
 def test_shipped_models_keep_their_signature_and_layout(folder: str) -> None:
     meta = json.loads((ROOT / folder / "codec.json").read_text())
     codec = ObservationCodec(meta["window"], meta["max_pools"], meta["layouts"],

@@ -91,7 +91,7 @@ def test_follow_teacher_places_what_the_heuristic_would() -> None:
 
 
 def test_signature_names_nominators_and_the_default_layout_is_unchanged() -> None:
-    shipped = json.loads((ROOT / "models" / "default" / "codec.json").read_text())["signature"]
+    shipped = json.loads((ROOT / "models" / "scorer" / "codec.json").read_text())["signature"]
     assert ObservationCodec(window=16, max_pools=4).signature() == shipped
     nom = ObservationCodec(window=16, max_pools=4, nominators=NOMINATORS)
     assert nom.signature() != shipped

@@ -1,6 +1,6 @@
 """A served model acts only through what it was trained with; a complementing heuristic takes the rest.
 
-Runs the shipped ``models/default`` (trained on on-prem V100 fleets only) on the bundled default
+Runs the shipped ``models/scorer`` (trained on on-prem V100 fleets only) on the bundled default
 scenario and on ``envs/hybrid-openb-mig.yaml`` (elastic spot and on-demand pools, MIG pools). Before
 its codec masked the untrained kinds it alternated ``scale +1`` / ``scale -1`` on these fleets and
 never finished; :class:`Recording` turns such a livelock into a failure instead of a hang.
@@ -23,7 +23,7 @@ from rlsched.scenario import load_scenario
 from rlsched.sim import Engine
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = ROOT / "models" / "default"
+DEFAULT_MODEL = ROOT / "models" / "scorer"
 #: decisions a 300-job replay may take; the livelocked model took 256 per decision point
 DECISION_CAP = 20_000
 

@@ -32,7 +32,7 @@ class Dawdling:
 
 def test_the_default_model_is_served_inside_its_record_and_a_loop_falls_back_audited(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    shutil.copytree(ROOT / "models" / "default", tmp_path / "default-model")
+    shutil.copytree(ROOT / "models" / "scorer", tmp_path / "default-model")
     write_spec(tmp_path, scheduler="rl", model="default-model")
     with service(tmp_path) as svc:
         first = svc.submit(JobRequest([PY, "-c", "pass"], gpus=1))

@@ -61,6 +61,20 @@ def test_job_windowed_family_of_a_seen_trace_is_marked_not_cut_around() -> None:
     assert all(not (a & b) for i, a in enumerate(ids) for b in ids[i + 1:])  # disjoint blocks of jobs
 
 
+def test_an_anonymous_family_drops_every_tenant_and_keeps_the_rest() -> None:
+    anon = TraceFamily("sample-anon", "", "bundled:philly-3day.csv", "4x8xA100-80GB", 1.0, 12.0, anonymous=True)
+    named = TraceFamily("sample-named", "", "bundled:philly-3day.csv", "4x8xA100-80GB", 1.0, 12.0)
+    a, n = anon.windows(2), named.windows(2)
+    assert a and [w.label.split("/")[1] for w in a] == [w.label.split("/")[1] for w in n]
+    for wa, wn in zip(a, n, strict=True):
+        assert {j.user for j in wa.scenario.jobs} == {""}
+        assert len({j.user for j in wn.scenario.jobs}) > 1
+        strip = [(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in wn.scenario.jobs]
+        assert [(j.job_id, j.submit_time, j.duration, j.num_gpus) for j in wa.scenario.jobs] == strip
+    shipped = families()["philly-anon"]
+    assert isinstance(shipped, TraceFamily) and shipped.anonymous and shipped.path.endswith("philly_jobs.csv")
+
+
 def test_generator_family_windows_are_evaluation_seeds() -> None:
     fam = families()["gen-gang"]
     assert isinstance(fam, GeneratorFamily) and family_key(fam) == "gen-gang"

@@ -22,7 +22,7 @@ from rlsched.learned.ppo_numpy import NumpySlotScorer  # noqa: E402
 from rlsched.scenario import load_scenario  # noqa: E402
 from rlsched.sim import Engine, SimConfig  # noqa: E402
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "default"
+DEFAULT_MODEL = Path(__file__).resolve().parents[2] / "models" / "scorer"
 
 
 @pytest.fixture(autouse=True)

@@ -195,5 +195,15 @@ def test_retrain_keeps_the_source_models_preempt_slots(tmp_path: Path) -> None:
 
     keys, *_ = _source_settings(str(_folder(tmp_path, 4)), tmp_path / "work")
     assert keys["preempt_slots"] == 4  # else the retrained experiment's codec would not fit its weights
-    keys, *_ = _source_settings(str(ROOT / "models" / "default"), tmp_path / "work")
+    keys, *_ = _source_settings(str(ROOT / "models" / "scorer"), tmp_path / "work")
     assert "preempt_slots" not in keys
+
+
+def test_retrain_from_a_selector_is_one_line_saying_why() -> None:
+    from rlsched.errors import RlschedError
+    from rlsched.train.retrain import _source_settings
+
+    # the shipped default is a heuristic selector: nothing per-slot to fine-tune
+    with pytest.raises(RlschedError, match=r"^--from .*models/default: a heuristic selector cannot be fine-tuned") as e:
+        _source_settings(str(ROOT / "models" / "default"), ROOT / "unused")
+    assert "\n" not in str(e.value)

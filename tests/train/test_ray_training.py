@@ -159,7 +159,7 @@ def test_families_on_ray_equal_the_process_pool(ray_address: str) -> None:
     from rlsched.train.generalisation import evaluate_families
 
     fams = resolve(["gen-tiny-fleet"])
-    model = str(ROOT / "models" / "default")
+    model = str(ROOT / "models" / "scorer")
     seen: list[int] = []
     on_ray = evaluate_families(fams, model, windows=2, max_jobs=60, ray=ray_address,
                                progress=lambda done, total, _: seen.append(done))
@@ -178,7 +178,7 @@ def test_final_evaluation_on_ray_equals_local(ray_address: str) -> None:
 
     exp = _tiny_experiment()
     worlds = evaluation_worlds(exp.scenarios + exp.holdout, 60)
-    model = load_policy_ref(str(ROOT / "models" / "default"))
+    model = load_policy_ref(str(ROOT / "models" / "scorer"))
     # the trainer's extra rows: the teacher and every heuristic behind the smoke experiment's deadline guard
     extra = [*_teacher_rows(exp), *ruled_baselines(exp.rule_params())]
     here = evaluate(worlds, lambda: PpoScheduler(model), bound=True, extra=extra)

@@ -12,7 +12,7 @@ from rlsched.train.config import ExperimentError, load_experiment
 from rlsched.workload import write_canonical
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = ROOT / "models" / "default"
+DEFAULT_MODEL = ROOT / "models" / "scorer"
 
 
 def trace(tmp_path: Path, n: int = 40) -> Path:

@@ -99,7 +99,7 @@ def test_weekly_loop_on_a_served_cluster(registry: str, model_name: str, tmp_pat
     from rlsched.train.registry import promote, register_policy
 
     # the champion the service serves: the shipped default model, registered and promoted
-    version = register_policy(ROOT / "models" / "default", name=model_name)
+    version = register_policy(ROOT / "models" / "scorer", name=model_name)
     assert promote(model_name, version, force=True, reason="e2e test seed").promoted
 
     fleet = tmp_path / "fleet.json"

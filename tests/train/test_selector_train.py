@@ -72,7 +72,10 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     choices = card["selector"]["choices"]
     assert choices and all(set(c) <= {"weighted-priority", "sjf"} and sum(c.values()) > 0 for c in choices.values())
     assert "gen-tiny-fleet" in card["metrics"]["families"]["summary"]
-    assert "promotion gate:" in (folder / "MODEL_CARD.md").read_text()
+    md = (folder / "MODEL_CARD.md").read_text()
+    assert "promotion gate:" in md
+    # a selector is served behind no action record: its card says what the fleets offered, not what is masked
+    assert "- training fleets offered (a selector acts only through its heuristics" in md and "actions.json" not in md
 
     # served back from the registry by alias, like any model
     out = rl("simulate", "--policy", f"ppo:models:/{model_name}@challenger", "--policy", "sjf", "--max-jobs", "60",

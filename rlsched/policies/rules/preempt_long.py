@@ -35,7 +35,7 @@ It changes nothing for jobs that are not ``preemptible`` (the canonical trace's 
 nothing while capacity is free, and nothing for fractional or MIG requests or gang jobs
 larger than a node. Like the other rules it runs in front of the policy in training and
 serving alike when an experiment enables it (``preempt_long:``); a model trained with it
-carries its parameters (``preempt_long.json``). The shipped ``models/default`` is not trained
+carries its parameters (``preempt_long.json``). The shipped ``models/scorer`` is not trained
 with it: Philly's canonical table declares no job preemptible, and a model trained with
 the jobs declared so leans on the flag (BENCHMARKS.md, the same section).
 """
