@@ -205,6 +205,13 @@ class PolicyModel:
             params["extra_globals"] = tuple(str(n) for n in meta.get("extra_globals", ()))
             signature = str(meta["signature"])
         except FileNotFoundError:
+            from rlsched.learned.selector import is_selector_folder
+
+            if is_selector_folder(folder):
+                # retrain's --from and an experiment's init_from need per-slot weights; say what the folder is
+                raise ModelError(f"{folder}: a heuristic selector cannot be fine-tuned or warm-started from (it "
+                                 f"has no per-slot network: {CODEC_FILE}, {POLICY_FILE}); per-slot models such "
+                                 f"as models/scorer can") from None
             raise ModelError(f"{codec_path}: missing (not a model folder?)") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise ModelError(f"{codec_path}: corrupted ({exc})") from None

@@ -110,14 +110,6 @@ def _source_settings(source: str, work_dir: Path) -> tuple[dict[str, Any], str, 
             folder = Path(source)
             name = "rlsched-ppo"
             version = None
-        from rlsched.learned.selector import is_selector_folder
-
-        if is_selector_folder(folder):
-            # A selector's network reads regime features, not a codec: there are no per-slot weights to
-            # fine-tune, and its recipe (counterfactual labels) is a training run of its own.
-            raise ModelError("a heuristic selector cannot be fine-tuned (retrain fine-tunes per-slot models "
-                             "such as models/scorer); train one on the exported history with an experiment "
-                             "whose selector: section names it (experiments/selector.yaml)")
         model = PolicyModel.load(folder)
     except ModelError as exc:
         raise RlschedError(f"--from {source}: {exc}") from None

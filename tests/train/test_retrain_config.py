@@ -86,6 +86,19 @@ def test_warm_start_loads_weights_when_the_codec_matches(tmp_path: Path) -> None
         assert torch.equal(a, b), k
 
 
+def test_warm_start_from_a_selector_is_one_line_saying_why(tmp_path: Path) -> None:
+    from rlsched.train.warm_start import warm_start
+
+    trace(tmp_path)
+    selector = ROOT / "models" / "default"  # the shipped default is a heuristic selector
+    exp = load_experiment(experiment(tmp_path, f"trace_families: [{{path: jobs.csv, fleet: 1x8xA100-80GB}}]\n"
+                                               f"init_from: {selector}\n"))
+    with pytest.raises(ExperimentError) as err:
+        warm_start(None, exp, "any-signature", lambda _m: None)
+    assert "init_from:" in str(err.value) and "a heuristic selector cannot be fine-tuned or warm-started" in str(
+        err.value) and "\n" not in str(err.value)
+
+
 def test_warm_start_refuses_another_codec(tmp_path: Path) -> None:
     from rlsched.train.warm_start import warm_start
 
