@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -137,11 +138,17 @@ def test_weekly_loop_on_a_served_cluster(registry: str, model_name: str, tmp_pat
         assert res.returncode == 0 and f"wrote {N_JOBS} jobs" in res.stdout, res.stdout + res.stderr
         exported = {j.job_id: j for j in read_canonical(tmp_path / "jobs.csv").jobs}
         wanted = {ids[i]: r for i, r in enumerate(rows)}
+        overheads: list[float] = []
         for jid, row in wanted.items():
             job = exported[jid]
             assert job.num_gpus == row["num_gpus"] and job.user == row["user"]
-            # the real run time: the sleep plus the launch and the exit noticed at the next loop pass
-            assert float(row["duration"]) <= job.duration < float(row["duration"]) + 1.0
+            # the real run time: the sleep plus the launch and the exit noticed at the next loop pass,
+            # never less than the sleep
+            assert float(row["duration"]) <= job.duration < float(row["duration"]) + 5.0
+            overheads.append(job.duration - float(row["duration"]))
+        # one launch on a busy 2-core CI machine took 1.4 s over its sleep, so a per-job bound of a second
+        # flaked; the typical job's overhead (a loop pass, not its queue wait) is what the median says
+        assert statistics.median(overheads) < 1.0, sorted(overheads)
 
         # 2. the twin: the served model and every heuristic on the same jobs; the simulator's error
         res = rl("advise", "--state-dir", str(state), "--backend", f"sim:{fleet}", "--json", env=env, cwd=tmp_path)
