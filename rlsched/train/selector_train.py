@@ -1,14 +1,16 @@
 """Training a heuristic selector: ``rlsched train`` on an experiment with a ``selector:`` section.
 
-The same run as the per-slot network's (:func:`rlsched.train.trainer.train`) where it can
-be: the same training worlds (trace windows and generated families), MaskablePPO with the
-experiment's ``ppo:`` settings, resumable checkpoints and the live progress bar, the final
-evaluation against every heuristic on the evaluation and holdout windows, the model card,
-the workload-family promotion gate, MLflow tracking and registration. What differs is the
-environment (:class:`~rlsched.envs.selector_env.SelectorEnv`: one step is one choice of
-heuristic for ``selector.hold_s`` seconds), the network (SB3's ``MlpPolicy`` on the regime
-features) and the folder (:class:`~rlsched.learned.selector.SelectorModel`). There is no
-behaviour cloning: the candidates *are* the teachers, each one action away.
+The same run as the per-slot network's (:func:`rlsched.train.trainer.train`) where it can be,
+through the steps both share (:mod:`rlsched.train.run_steps`): the same training worlds (trace
+windows and generated families), MaskablePPO with the experiment's ``ppo:`` settings, resumable
+checkpoints and the live progress bar, the final evaluation against every heuristic on the
+evaluation and holdout windows, the model card, the workload-family promotion gate, MLflow
+tracking and registration. What differs is the environment
+(:class:`~rlsched.envs.selector_env.SelectorEnv`: one step is one choice of heuristic for
+``selector.hold_s`` seconds), the network (SB3's ``MlpPolicy`` on the regime features) and the
+folder (:class:`~rlsched.learned.selector.SelectorModel`). No single teacher is cloned (the
+candidates are each one action away); the warm start imitates counterfactual labels instead
+(:mod:`rlsched.train.selector_labels`: which candidate did best from each labelled state).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rlsched.train.config import Experiment, SelectorParams
 
 if TYPE_CHECKING:
     from rlsched.learned.selector import SelectorModel, SelectorScheduler
-    from rlsched.train.trainer import TrainResult
+    from rlsched.train.run_steps import TrainResult
     from rlsched.train.worlds import World
 
 
@@ -73,15 +75,15 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
     import sb3_contrib  # noqa: F401  (without the train extra, fail before building any world)
 
     from rlsched.train.model_card import CardFacts, build_card, model_card_markdown
-    from rlsched.train.trainer import (
+    from rlsched.train.run_steps import (
+        TrainingRun,
         TrainResult,
-        _family_gate,
-        _prepare_worlds,
-        _Progress,
-        _start_tracker,
-        _TrainingRun,
+        family_gate,
         latest_checkpoint,
+        prepare_worlds,
+        progress_callback,
         save_checkpoint,
+        start_tracker,
     )
 
     params = exp.selector
@@ -89,7 +91,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
     if exp.ray:
         log("selector training runs in this process (its environments are cheap); --ray is not used")
     t_start = time.perf_counter()
-    worlds = _prepare_worlds(exp, log)
+    worlds = prepare_worlds(exp, log)
     log(f"selector over {', '.join(params.candidates)}: one choice per {params.hold_s:g} s, episodes of "
         f"{params.episode_jobs:,} jobs")
     venv = selector_venv(worlds.training, params, exp.n_envs, exp.seed)
@@ -97,7 +99,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
     ckpt = latest_checkpoint(ckpt_dir) if resume else None
     if resume and ckpt is None:
         log(f"no checkpoint in {ckpt_dir}; starting from scratch")
-    run = _TrainingRun(exp, worlds, log, _start_tracker(exp) if track and exp.mlflow.enabled else None)
+    run = TrainingRun(exp, worlds, log, start_tracker(exp) if track and exp.mlflow.enabled else None)
     bc_stats: dict[str, float] = {}
     try:
         if ckpt is not None:
@@ -115,7 +117,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
                 run.tracker.log_metrics(bc_stats, step=0)
         remaining = max(exp.total_steps - model.num_timesteps, 0)
         if remaining:
-            cb = _Progress(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, 0, None, quiet)
+            cb = progress_callback(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, 0, None, quiet)
             model.learn(total_timesteps=remaining, callback=cb, reset_num_timesteps=ckpt is None)
         save_checkpoint(model, ckpt_dir, model.num_timesteps)
         train_wall = time.perf_counter() - t_start
@@ -137,7 +139,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
         selector.card = card
         selector.save(out)
         if exp.gate is not None:
-            table += "\n" + _family_gate(exp, out, card, log)
+            table += "\n" + family_gate(exp, out, card, log)
             selector.save(out)
         (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
         log(f"wrote selector folder {out}")

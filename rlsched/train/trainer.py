@@ -4,12 +4,12 @@ The loop: build training worlds from the experiment, optionally behaviour-clone
 the weighted-priority teacher, run MaskablePPO with checkpoints (``--resume``
 continues from the last one) and periodic evaluation, then evaluate the final
 policy on every evaluation and holdout window against every heuristic, write the
-model folder with its card, and log and register it in MLflow.
+model folder with its card, and log and register it in MLflow. The steps a heuristic selector's
+run shares with this one are in :mod:`rlsched.train.run_steps`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import platform
@@ -22,36 +22,29 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlsched.envs.trained_actions import TrainedActions
-from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment
-from rlsched.train.evaluate import comparison_markdown, evaluate
-from rlsched.train.families import generated_training_worlds
+from rlsched.train.evaluate import evaluate
 from rlsched.train.forecast_fit import (
     FORECASTER_FILE,
-    attach,
-    error_markdown,
-    error_metrics,
-    fit_forecasters,
-    forecast_error,
     save_forecaster,
 )
-from rlsched.train.model_card import CardFacts, build_card, forecast_card, git_commit, model_card_markdown
-from rlsched.train.worlds import MultiWorldEnv, World, evaluation_worlds, training_worlds
+from rlsched.train.model_card import CardFacts, build_card, model_card_markdown
+from rlsched.train.run_steps import (
+    TrainingRun,
+    TrainResult,
+    codec_of,
+    family_gate,
+    hold_run_dir,
+    latest_checkpoint,
+    prepare_worlds,
+    progress_callback,
+    save_checkpoint,
+    start_tracker,
+)
+from rlsched.train.worlds import MultiWorldEnv, World
 
 if TYPE_CHECKING:
-    from rlsched.envs.codec import ObservationCodec
-    from rlsched.train.tracking import Tracker
-
-
-@dataclass
-class TrainResult:
-    model_dir: Path
-    steps: int
-    wall_s: float
-    eval: dict[str, Any]
-    holdout: dict[str, Any] | None
-    run_id: str | None
-    version: int | None
+    pass
 
 
 def _env_kwargs(exp: Experiment) -> dict[str, Any]:
@@ -177,7 +170,7 @@ def imitation_weights(exp: Experiment, actions: np.ndarray, cap: float = 20.0) -
     which also makes the clone take them too often (a full-balance spot clone bought on-demand
     nodes in quiet hours); 0.5 is the usual compromise.
     """
-    codec = _codec(exp)
+    codec = codec_of(exp)
     kp = codec.window * codec.max_pools
     kinds = np.where(actions == codec.wait_action, 0,
                      np.where(actions >= codec.scale_offset, 1 + (actions - codec.scale_offset),
@@ -324,92 +317,6 @@ def scaled(venv: Any, scale: float) -> Any:
     return ScaleReward(venv)
 
 
-class _Progress:
-    """SB3 callback: a live progress bar (reward, fps), checkpoints and periodic evaluation."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-        from stable_baselines3.common.callbacks import BaseCallback
-
-        class Callback(BaseCallback):
-            def __init__(self, total: int, ckpt_dir: Path, ckpt_every: int, eval_every: int,
-                         on_eval: Callable[[int], None] | None, quiet: bool) -> None:
-                super().__init__()
-                self.total, self.ckpt_dir, self.ckpt_every = total, ckpt_dir, ckpt_every
-                self.eval_every, self.on_eval = eval_every, on_eval
-                self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                         TextColumn("{task.fields[info]}"), TimeRemainingColumn(), disable=quiet)
-                self.task: Any = None
-                self.t0 = time.perf_counter()
-                self.start_steps = 0
-                self.last_ckpt = 0
-                self.last_eval = 0
-
-            def _on_training_start(self) -> None:
-                self.start_steps = self.num_timesteps
-                self.last_ckpt = self.last_eval = self.num_timesteps
-                self.progress.start()
-                self.task = self.progress.add_task("train", total=self.total, completed=self.num_timesteps,
-                                                   info="")
-
-            def _on_step(self) -> bool:
-                n = self.num_timesteps
-                if n % 64 == 0 or n >= self.total:
-                    buf = self.model.ep_info_buffer
-                    rew = np.mean([e["r"] for e in buf]) if buf else float("nan")
-                    fps = (n - self.start_steps) / max(time.perf_counter() - self.t0, 1e-9)
-                    self.progress.update(self.task, completed=n, info=f"reward {rew:9.2f}  {fps:6.0f} steps/s")
-                if self.ckpt_every and n - self.last_ckpt >= self.ckpt_every:
-                    self.last_ckpt = n
-                    save_checkpoint(self.model, self.ckpt_dir, n)
-                if self.on_eval is not None and self.eval_every and n - self.last_eval >= self.eval_every:
-                    self.last_eval = n
-                    self.on_eval(n)
-                return True
-
-            def _on_training_end(self) -> None:
-                self.progress.stop()
-
-        return Callback(*args, **kwargs)
-
-
-def save_checkpoint(model: Any, ckpt_dir: Path, steps: int) -> Path:
-    """Atomically save a resumable checkpoint and point ``latest`` at it."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"step-{steps:09d}.zip"
-    tmp = ckpt_dir / f".step-{steps:09d}.tmp.zip"
-    model.save(tmp)
-    tmp.replace(path)
-    latest = ckpt_dir / "latest.json"
-    tmp_latest = ckpt_dir / ".latest.json.tmp"
-    tmp_latest.write_text(json.dumps({"path": path.name, "steps": steps}))
-    tmp_latest.replace(latest)
-    return path
-
-
-def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    latest = ckpt_dir / "latest.json"
-    if not latest.exists():
-        return None
-    try:
-        name = json.loads(latest.read_text())["path"]
-    except (ValueError, KeyError):
-        raise RlschedError(f"{latest}: corrupted checkpoint index; delete it to start over") from None
-    path = ckpt_dir / name
-    return path if path.exists() else None
-
-
-def worlds_actions(worlds: list[World], exp: Experiment) -> TrainedActions:
-    """The action kinds legal somewhere in the training ``worlds`` (the model folder's ``actions.json``)."""
-    from rlsched.policies.rules import owned_actions
-
-    layouts = _codec(exp).layouts
-    fleets = TrainedActions.of_fleets((w.scenario.pools for w in worlds), max_pools=exp.max_pools, layouts=layouts,
-                                      source=f"training worlds of {exp.source or exp.name}: "
-                                             + ", ".join(w.label for w in worlds), preempt_slots=exp.preempt_slots)
-    return fleets.without(owned_actions(exp.rule_params()))  # a rule's actions are the rule's
-
-
 def train(
     exp: Experiment,
     *,
@@ -429,20 +336,34 @@ def train(
     if exp.selector is not None:  # the policy chooses a heuristic, not a job: its own environment and network
         from rlsched.train.selector_train import train_selector
 
-        return train_selector(exp, run_dir=run_dir, resume=resume, log=log, quiet=quiet, track=track)
+        with hold_run_dir(run_dir):
+            return train_selector(exp, run_dir=run_dir, resume=resume, log=log, quiet=quiet, track=track)
     import sb3_contrib  # noqa: F401  (without the train extra, fail before building any world)
-    import torch
 
-    ray = None
     if exp.ray:
+        from dataclasses import replace
+
         from rlsched.ray_connect import connect
 
-        ray = connect(exp.ray)  # fail on a bad address before building any world
+        # fail on a bad address before building anything, the run folder included; the run then uses the
+        # address connected to (``auto`` resolved)
+        exp = replace(exp, ray=connect(exp.ray))
+    with hold_run_dir(run_dir):
+        return _train_slots(exp, run_dir=run_dir, resume=resume, log=log, quiet=quiet, track=track)
+
+
+def _train_slots(exp: Experiment, *, run_dir: Path, resume: bool, log: Callable[[str], None], quiet: bool,
+                 track: bool) -> TrainResult:
+    """:func:`train` for the per-slot network, on the Ray cluster at ``exp.ray`` (connected) or locally; the
+    run folder is held."""
+    import torch
+
+    ray = exp.ray or None
     # the same learner threads with or without Ray: a different count may change the float sums of the
     # updates, and a Ray run must learn what the local run learns
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(exp.n_envs, 1)))
     t_start = time.perf_counter()
-    worlds = _prepare_worlds(exp, log)
+    worlds = prepare_worlds(exp, log)
     ckpt_dir = run_dir / "checkpoints"
     ckpt = latest_checkpoint(ckpt_dir) if resume else None
     if resume and ckpt is None:
@@ -452,7 +373,7 @@ def train(
     if ray is not None:
         log(f"{exp.n_envs} environment actors on the Ray cluster at {ray}")
     ray_tags = {"ray_address": ray, "ray_env_actors": str(exp.n_envs)} if ray is not None else {}
-    run = _TrainingRun(exp, worlds, log, _start_tracker(exp, ray_tags) if track and exp.mlflow.enabled else None,
+    run = SlotTrainingRun(exp, worlds, log, start_tracker(exp, ray_tags) if track and exp.mlflow.enabled else None,
                        ray)
     try:
         model, bc_stats = run.model(venv, ckpt, data, scale)
@@ -462,7 +383,7 @@ def train(
         train_wall = time.perf_counter() - t_start
         ev, ho, table = run.final_evaluation(policy)
         forecast, table = run.forecast_section(int(model.num_timesteps), table)
-        codec = _codec(exp)
+        codec = codec_of(exp)
         card = build_card(exp, CardFacts(codec.signature(), [w.label for w in worlds.training],
                                          int(model.num_timesteps), train_wall, bc_stats, ev, ho,
                                          worlds.trained_actions, forecast))
@@ -474,59 +395,6 @@ def train(
         venv.close()
         if run.tracker is not None:
             run.tracker.close()
-
-
-def _codec(exp: Experiment) -> ObservationCodec:
-    """The observation codec of the experiment's network."""
-    from rlsched.envs.codec import ObservationCodec
-
-    return ObservationCodec(window=exp.window, max_pools=exp.max_pools, nominators=exp.nominators,
-                            preempt_slots=exp.preempt_slots, extra_globals=exp.extra_globals)
-
-
-@dataclass
-class _Worlds:
-    """The worlds of one training run.
-
-    Attributes:
-        training: the training worlds, the generated ones (domain randomisation) last.
-        evaluation: the evaluation windows.
-        holdout: the holdout windows (unseen shapes), possibly none.
-        trained_actions: the action kinds legal somewhere in ``training``.
-        fitted: the demand forecaster fitted per scenario (empty without ``forecast``).
-    """
-
-    training: list[World]
-    evaluation: list[World]
-    holdout: list[World]
-    trained_actions: TrainedActions
-    fitted: dict[str, Any]
-
-
-def _prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> _Worlds:
-    """Build the training, evaluation and holdout worlds; fit and attach the demand forecaster."""
-    worlds = training_worlds(exp.scenarios)
-    eval_worlds = evaluation_worlds(exp.scenarios, exp.eval_max_jobs)
-    holdout_worlds = evaluation_worlds(exp.holdout, exp.eval_max_jobs) if exp.holdout else []
-    # Domain randomisation: worlds drawn from whole workload families (they run without a forecaster).
-    gen = exp.generated
-    gen_worlds = generated_training_worlds(gen.count, gen.jobs, gen.seed, gen.exclude, gen.max_nodes) if gen else []
-    log(f"{len(worlds) + len(gen_worlds)} training worlds ({len(gen_worlds)} generated), {len(eval_worlds)} "
-        f"evaluation windows, {len(holdout_worlds)} holdout windows")
-    # The action kinds the network can learn here: written into the model folder, and masked outside
-    # them in every evaluation below, as when the model is served.
-    trained_actions = worlds_actions(worlds + gen_worlds, exp)
-    log(f"trained actions: {trained_actions.describe()}")
-    # The demand forecaster: fitted on the training windows only; every training episode and every
-    # evaluation replay (policy and heuristics alike) runs with a fresh copy of it.
-    fitted = fit_forecasters(exp)
-    if fitted:
-        worlds = attach(exp, worlds, fitted)
-        eval_worlds = attach(exp, eval_worlds, fitted)
-        holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
-        log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
-            f"training windows of {', '.join(fitted)}")
-    return _Worlds(worlds + gen_worlds, eval_worlds, holdout_worlds, trained_actions, fitted)
 
 
 def _reward_scale(exp: Experiment, run_dir: Path, worlds: list[World], *, resumed: bool,
@@ -545,14 +413,6 @@ def _reward_scale(exp: Experiment, run_dir: Path, worlds: list[World], *, resume
     return scale, data
 
 
-def _start_tracker(exp: Experiment, extra_tags: dict[str, str] | None = None) -> Tracker:
-    """An MLflow run for this experiment, tagged with the code's commit, the experiment file and ``extra_tags``."""
-    from rlsched.train.tracking import Tracker
-
-    return Tracker(exp.mlflow.experiment, run_name=exp.name, params=exp.flat_params(),
-                   tags={"git_commit": git_commit(), "experiment_file": exp.source, **(extra_tags or {})})
-
-
 def _policy_factory(model: Any, exp: Experiment, trained_actions: TrainedActions) -> Callable[[], Any]:
     """A function giving the network as it is now as a scheduler (for evaluations during and after training)."""
     from rlsched.learned.ppo import PolicyModel, PpoScheduler
@@ -561,7 +421,7 @@ def _policy_factory(model: Any, exp: Experiment, trained_actions: TrainedActions
     def current_policy() -> PpoScheduler:
         net = model.policy.features_extractor
         assert isinstance(net, SlotScorer)
-        c = _codec(exp)
+        c = codec_of(exp)
         pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts,
                               "nominators": exp.nominators, "preempt_slots": exp.preempt_slots,
                               "extra_globals": exp.extra_globals},
@@ -572,15 +432,10 @@ def _policy_factory(model: Any, exp: Experiment, trained_actions: TrainedActions
     return current_policy
 
 
-@dataclass
-class _TrainingRun:
-    """The steps of :func:`train` after the worlds and the reward scale: model, learning, evaluation, export."""
-
-    exp: Experiment
-    worlds: _Worlds
-    log: Callable[[str], None]
-    tracker: Tracker | None
-    ray: str | None = None
+class SlotTrainingRun(TrainingRun):
+    """The per-slot network's own steps of :func:`train`: its model (new, resumed, cloned or warm-started),
+    PPO with the imitation keeper, and its folder (network, codec, forecaster); the shared steps are
+    :class:`~rlsched.train.run_steps.TrainingRun`'s."""
 
     def model(self, venv: Any, ckpt: Path | None, data: TeacherData | None,
               scale: float) -> tuple[Any, dict[str, float]]:
@@ -606,7 +461,7 @@ class _TrainingRun:
             if exp.init_from:
                 from rlsched.train.warm_start import warm_start
 
-                warm_start(model, exp, _codec(exp).signature(), self.log)
+                warm_start(model, exp, codec_of(exp).signature(), self.log)
             elif exp.bc.steps > 0 and data is not None:
                 bc_stats = behaviour_clone(model, exp, data, scale, self.log)
                 bc_stats.update({f"bc/labels_{name}": float(n) for name, n in data.labels.items()})
@@ -636,7 +491,7 @@ class _TrainingRun:
                      f"weighted-priority {s['weighted-priority']['mean_jct_s'] / 3600:.2f} h")
 
         remaining = max(exp.total_steps - model.num_timesteps, 0)
-        cb = _Progress(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, exp.eval_every_steps,
+        cb = progress_callback(exp.total_steps, ckpt_dir, exp.checkpoint_every_steps, exp.eval_every_steps,
                        periodic_eval if exp.eval_every_steps else None, quiet)
         callbacks: Any = cb
         if exp.bc.keep > 0:
@@ -651,49 +506,16 @@ class _TrainingRun:
             model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not resumed)
         save_checkpoint(model, ckpt_dir, model.num_timesteps)
 
-    def final_evaluation(self, policy: Callable[[], Any]) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
-        """The policy against every heuristic (and the teacher's and ruled rows) on the evaluation and holdout
-        windows, and the comparison tables."""
-        exp, w = self.exp, self.worlds
-        self.log("evaluating the final policy against every heuristic ...")
-        extra = [*_teacher_rows(exp), *ruled_baselines(exp.rule_params())]
-        if self.ray is not None:  # one Ray task per window; the policy travels as its PolicyModel
-            from rlsched.train.ray_evaluate import evaluate_on_ray
-
-            model = policy().model
-            ev = evaluate_on_ray(self.ray, w.evaluation, model, bound=True, extra=extra)
-            ho = evaluate_on_ray(self.ray, w.holdout, model, bound=True, extra=extra) if w.holdout else None
-        else:
-            ev = evaluate(w.evaluation, policy, bound=True, extra=extra)
-            ho = evaluate(w.holdout, policy, bound=True, extra=extra) if w.holdout else None
-        table = comparison_markdown(ev, f"Evaluation windows ({len(w.evaluation)})")
-        if ho is not None:
-            table += "\n" + comparison_markdown(ho, f"Holdout (unseen shapes, {len(w.holdout)} windows)")
-        self.log(table)
-        return ev, ho, table
-
-    def forecast_section(self, step: int, table: str) -> tuple[dict[str, Any] | None, str]:
-        """The forecaster's error on the evaluation windows: the card's section and ``table`` with its table."""
-        fitted = self.worlds.fitted
-        if not fitted:
-            return None, table
-        report = forecast_error(self.exp, self.worlds.evaluation, fitted)
-        fc_table = error_markdown(report)
-        self.log(fc_table)
-        if self.tracker is not None:
-            self.tracker.log_metrics(error_metrics(report), step=step)
-        return forecast_card(self.exp, fitted, report), table + "\n" + fc_table
-
     def export(self, out: Path, model: Any, card: dict[str, Any], table: str) -> None:
         """Write the model folder: network, card (with the family gate's verdict), forecaster, MODEL_CARD.md."""
         from rlsched.learned.ppo import PolicyModel
 
         exp, fitted = self.exp, self.worlds.fitted
         net = model.policy.features_extractor
-        PolicyModel.save(out, net, _codec(exp), card, rules=exp.rule_params(),
+        PolicyModel.save(out, net, codec_of(exp), card, rules=exp.rule_params(),
                          trained_actions=self.worlds.trained_actions)
         if exp.gate is not None:
-            table += "\n" + _family_gate(exp, out, card, self.log, ray=self.ray)
+            table += "\n" + family_gate(exp, out, card, self.log, ray=self.ray)
             (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
         stale = out / FORECASTER_FILE
         if fitted:
@@ -703,82 +525,4 @@ class _TrainingRun:
         (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
         self.log(f"wrote model folder {out}")
 
-    def register(self, out: Path, card: dict[str, Any], signature: str) -> tuple[str | None, int | None]:
-        """Log the model folder to MLflow and register it (alias challenger); the run id and version."""
-        if self.tracker is None:
-            return None, None
-        exp = self.exp
-        self.tracker.log_artifacts(out)
-        run_id = self.tracker.run_id
-        version = self.tracker.register(out, exp.mlflow.registered_model,
-                                        tags={"observation_signature": signature,
-                                              "training_data": ";".join(e.name for e in exp.scenarios)})
-        if version is not None:
-            self.log(f"registered {exp.mlflow.registered_model} version {version} (alias challenger)")
-            card["mlflow"] = {"run_id": run_id, "registered_model": exp.mlflow.registered_model, "version": version}
-            (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
-        return run_id, version
 
-
-def _teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
-    """The row(s) PPO was cloned from, for the final evaluation: did training improve on imitation?"""
-    if exp.bc.steps <= 0:
-        return []
-    from rlsched.train.teacher import FOLLOW, TeacherScheduler
-
-    def teacher(rule: str) -> Any:
-        return TeacherScheduler(rule, exp.window, exp.max_pools, rules=exp.rule_params(), nominators=exp.nominators,
-                                preempt_slots=exp.preempt_slots)
-
-    taught = ([f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow"
-              else [f"{FOLLOW}{n}" for n in exp.bc.lookahead_candidates(exp.nominators)]
-              if exp.bc.teacher == "lookahead" else [exp.bc.teacher])
-    return [functools.partial(teacher, rule) for rule in taught]
-
-
-def ruled_baselines(rule_params: dict[str, dict[str, Any]]) -> list[Callable[[], Any]]:
-    """Every heuristic behind the rules the policy is trained and served behind, as ``NAME+rules`` rows.
-
-    A policy behind a deadline guard or consolidation must beat the heuristics given the same rules,
-    or its gain is the rules' (issue 16 item 4). Empty when the policy has no rules.
-    """
-    if not rule_params:
-        return []
-    from rlsched.policies import available, make_policy
-    from rlsched.policies.rules import RuledScheduler, build_rules
-
-    def ruled(name: str) -> Any:
-        sched = RuledScheduler(make_policy(name), build_rules(rule_params))
-        sched.name = f"{name}+rules"
-        return sched
-
-    return [functools.partial(ruled, name) for name in available()]
-
-
-def _family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callable[[str], None], *,
-                 ray: str | None = None) -> str:
-    """Judge the saved policy on the gate's workload families (replays as Ray tasks with ``ray``); store the
-    result in ``card``; its markdown."""
-    from rlsched.train.families import resolve
-    from rlsched.train.generalisation import evaluate_families, family_checks, family_table, verdict
-
-    assert exp.gate is not None
-    fams = resolve(list(exp.gate.families))
-    log(f"judging the policy on {len(fams)} workload families (promotion gate: <= 1.02x the best heuristic "
-        f"on every unseen one) ...")
-    report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs,
-                               ray=ray)
-    card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,
-                                   "skipped": report.skipped, "windows": report.windows,
-                                   "settings": {"families": list(exp.gate.families), "windows": exp.gate.windows,
-                                                "max_jobs": exp.gate.max_jobs}}
-    checks = family_checks(report.summaries, report.exposure)
-    passed = all(ok for ok, _ in checks)
-    lines = [f"### Workload families ({exp.gate.windows} windows each, at most {exp.gate.max_jobs:,} jobs; "
-             f"mean of per-window ratios)", "", family_table(report), "",
-             *(f"- {line}" for line in verdict(report.summaries, report.exposure)),
-             f"- promotion gate: {'PASS' if passed else 'FAIL'}"
-             + ("" if passed else " (" + "; ".join(t for ok, t in checks if not ok) + ")")]
-    text = "\n".join(lines)
-    log(text)
-    return text

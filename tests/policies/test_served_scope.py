@@ -131,7 +131,7 @@ def test_a_folder_without_the_record_loads_conservatively_and_a_bad_one_is_refus
 
 def test_the_trainer_records_what_its_training_fleets_offer() -> None:
     from rlsched.train.config import load_experiment
-    from rlsched.train.trainer import worlds_actions
+    from rlsched.train.run_steps import worlds_actions
     from rlsched.train.worlds import training_worlds
 
     exp = load_experiment(ROOT / "experiments" / "smoke.yaml")

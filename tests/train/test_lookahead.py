@@ -163,12 +163,13 @@ LOOKAHEAD_BC = ("{steps: 400, epochs: 1, teacher: lookahead, candidates: [weight
 
 
 def test_collected_teacher_data_follows_the_labels(tmp_path: Path) -> None:
-    from rlsched.train.trainer import _prepare_worlds, collect_teacher
+    from rlsched.train.run_steps import prepare_worlds
+    from rlsched.train.trainer import collect_teacher
 
     exp = load_experiment(_experiment(tmp_path, LOOKAHEAD_BC))
     assert exp.bc.lookahead_candidates(exp.nominators) == ("weighted-priority", "sjf")
     lines: list[str] = []
-    data = collect_teacher(exp, _prepare_worlds(exp, lambda _: None).training, 400, log=lines.append)
+    data = collect_teacher(exp, prepare_worlds(exp, lambda _: None).training, 400, log=lines.append)
     assert data.masks[np.arange(len(data.actions)), data.actions].all()  # every label's action is legal
     assert set(data.labels) <= {"weighted-priority", "sjf"} and data.labels.get("sjf", 0) >= 1
     assert any(line.startswith("lookahead labels (6 h rollouts every 20 choices): weighted-priority ")

@@ -167,11 +167,12 @@ output: {tmp_path / 'model'}
 
 
 def test_behaviour_cloning_data_shows_the_preempt_action(tmp_path: Path) -> None:
-    from rlsched.train.trainer import _codec, _prepare_worlds, collect_teacher
+    from rlsched.train.run_steps import codec_of, prepare_worlds
+    from rlsched.train.trainer import collect_teacher
 
     exp = load_experiment(_preempt_experiment(tmp_path))
-    data = collect_teacher(exp, _prepare_worlds(exp, lambda _: None).training, 1200, log=lambda _: None)
-    codec = _codec(exp)
+    data = collect_teacher(exp, prepare_worlds(exp, lambda _: None).training, 1200, log=lambda _: None)
+    codec = codec_of(exp)
     preempts = (data.actions >= codec.preempt_offset) & (data.actions < codec.wait_action)
     assert preempts.sum() > 0
     assert data.masks[np.arange(len(data.actions)), data.actions].all()  # every teacher action is legal

@@ -50,13 +50,14 @@ def _tiny_experiment() -> Any:
 
 def _train(exp: Any, ray: str | None) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
     """MaskablePPO as ``rlsched train`` builds it, ``exp.total_steps`` steps; its parameters, episodes, steps/s."""
-    from rlsched.train.trainer import _TrainingRun, _Worlds, make_vec_env, scaled, worlds_actions
+    from rlsched.train.run_steps import Worlds, worlds_actions
+    from rlsched.train.trainer import SlotTrainingRun, make_vec_env, scaled
     from rlsched.train.worlds import training_worlds
 
     worlds = training_worlds(exp.scenarios)
     venv = scaled(make_vec_env(exp, worlds, exp.seed, ray=ray), 0.05)
     try:
-        run = _TrainingRun(exp, _Worlds(worlds, [], [], worlds_actions(worlds, exp), {}), lambda _: None, None)
+        run = SlotTrainingRun(exp, Worlds(worlds, [], [], worlds_actions(worlds, exp), {}), lambda _: None, None)
         model, _ = run.model(venv, None, None, 1.0)
         initial = {k: v.clone() for k, v in model.policy.state_dict().items()}
         t0 = time.perf_counter()
@@ -173,14 +174,14 @@ def test_final_evaluation_on_ray_equals_local(ray_address: str) -> None:
     from rlsched.learned.ppo import PpoScheduler, load_policy_ref
     from rlsched.train.evaluate import evaluate
     from rlsched.train.ray_evaluate import evaluate_on_ray
-    from rlsched.train.trainer import _teacher_rows, ruled_baselines
+    from rlsched.train.run_steps import ruled_baselines, teacher_rows
     from rlsched.train.worlds import evaluation_worlds
 
     exp = _tiny_experiment()
     worlds = evaluation_worlds(exp.scenarios + exp.holdout, 60)
     model = load_policy_ref(str(ROOT / "models" / "scorer"))
     # the trainer's extra rows: the teacher and every heuristic behind the smoke experiment's deadline guard
-    extra = [*_teacher_rows(exp), *ruled_baselines(exp.rule_params())]
+    extra = [*teacher_rows(exp), *ruled_baselines(exp.rule_params())]
     here = evaluate(worlds, lambda: PpoScheduler(model), bound=True, extra=extra)
     there = evaluate_on_ray(ray_address, worlds, model, bound=True, extra=extra)
     assert len(worlds) == 2 and {"ppo", "sjf-oracle-bound", "weighted-priority+rules"} <= set(there["summary"])
