@@ -421,5 +421,10 @@ def test_a_partitioned_node_that_answers_again_keeps_its_jobs(
         assert rec.state is JobState.DONE and rec.attempts == 1  # re-adopted, not started twice
         assert "finished" in Path(rec.log_path or "").read_text()
         assert not [r for r in svc.store.audit() if r.event is AuditEvent.NODE and r.job == job.id]
-        assert [r.reason for r in svc.store.audit() if r.event is AuditEvent.NODE and r.extra.get("node") == host] \
-            == ["node-unreachable", "node-returned"]
+        # the inventory pass that notes the node's return may come after the pass that sees the job finish
+
+        def node_audit() -> list[str]:
+            return [r.reason for r in svc.store.audit() if r.event is AuditEvent.NODE and r.extra.get("node") == host]
+
+        wait_for(lambda: len(node_audit()) >= 2, timeout=60, what="the node's return to be audited")
+        assert node_audit() == ["node-unreachable", "node-returned"]
