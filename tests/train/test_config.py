@@ -29,9 +29,14 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default", "spot"):
+    for name in ("smoke", "default", "spot", "selector", "selector-fold-b"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
+    # the two folds of the selector recipe leave disjoint generator kinds out, and differ in nothing else
+    a, b = (load_experiment(ROOT / "experiments" / f"{n}.yaml") for n in ("selector", "selector-fold-b"))
+    assert a.generated is not None and b.generated is not None
+    assert not set(a.generated.exclude) & set(b.generated.exclude)
+    assert a.selector == b.selector and a.ppo == b.ppo and a.scenarios == b.scenarios
 
 
 def test_defaults_and_flat_params(tmp_path: Path) -> None:
