@@ -345,6 +345,15 @@ def test_service_kill9_reattaches_to_the_agents_and_their_jobs(ray_fleet: RayFle
              what="jobs to run")
     nodes = {api(url, token, "GET", f"/v1/jobs/{j}")["allocation"]["node"] for j in ids}
     assert len(nodes) == 2  # 3 x 2 GPUs over the two 4-GPU nodes
+    # "running" is recorded when a job is placed, before its agent has launched it; a kill in between
+    # leaves a job that never started, which the next service rightly launches (attempt 2). This test is
+    # about processes that run on under their agents, so it kills once each job's process has printed.
+
+    def started(j: str) -> bool:
+        log = state / "logs" / f"{j}.log"
+        return log.is_file() and "start\n" in log.read_text()
+
+    wait_for(lambda: all(started(j) for j in ids), what="every job's process to start")
     os.killpg(proc.pid, signal.SIGKILL)  # the service and nothing else: the jobs run under the agents
     proc.wait(30)
     proc, url, token = start_serve(ray_fleet, spec, state, "serve2.log")
