@@ -17,17 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rlsched.envs.trained_actions import TrainedActions
 from rlsched.train.config import Experiment
 from rlsched.train.evaluate import evaluate
-from rlsched.train.forecast_fit import (
-    FORECASTER_FILE,
-    save_forecaster,
-)
+from rlsched.train.forecast_fit import FORECASTER_FILE, save_forecaster
 from rlsched.train.model_card import CardFacts, build_card, model_card_markdown
 from rlsched.train.run_steps import (
     TrainingRun,
@@ -42,9 +39,6 @@ from rlsched.train.run_steps import (
     start_tracker,
 )
 from rlsched.train.worlds import MultiWorldEnv, World
-
-if TYPE_CHECKING:
-    pass
 
 
 def _env_kwargs(exp: Experiment) -> dict[str, Any]:
