@@ -18,6 +18,15 @@ Configuration comes from the node's environment (``ray start`` passes its enviro
 * ``RLSCHED_AGENT_HOSTNAME``: the node's name with the ``nvml`` backend (default the machine's hostname):
   the name pools list in ``nodes = [...]``.
 
+**Fencing.** A service that dies with a launch still on its way to an agent must not have that launch
+run after its successor has looked for the job, found nothing and requeued it: the job would run twice.
+Every service takes an *epoch* when it starts (:meth:`NodeAgent.claim`, on every agent, before it
+recovers a single job) and sends it with each launch; an agent refuses a launch whose epoch is below the
+highest it was claimed with, and keeps that number across its own restarts (``epoch`` in its state dir).
+An agent serves one call at a time under its lock, so either the late launch came first (the successor
+finds its process and adopts it) or the claim did (the launch is refused and starts nothing). A zombie
+service that lost its lease is fenced the same way.
+
 This class imports no Ray: the directory wraps it as an actor, and tests can drive it directly.
 """
 
@@ -29,6 +38,7 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +76,16 @@ def open_backend(spec: str, hostname: str) -> GpuBackend:
     raise BackendError(f"{BACKEND_ENV}={spec!r}: expected 'nvml', 'sim:PATH.json' or 'none'")
 
 
+@dataclass(frozen=True)
+class JobLaunch:
+    """What to start for one job on one node: its command, the devices it sees, extra environment, directory."""
+
+    argv: tuple[str, ...]
+    devices: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
 class NodeAgent:
     """Inventory, GPU control and job processes of one Ray node (see the module doc).
 
@@ -85,6 +105,9 @@ class NodeAgent:
         self._table_path = self.state_dir / "jobs.json"
         #: (node, job id) -> every process this agent started or adopted and not yet seen end
         self._jobs: dict[tuple[str, str], Launched] = self._load_table()
+        self._epoch_path = self.state_dir / "epoch"
+        #: the highest service epoch this agent was claimed with (see the module doc)
+        self._epoch = self._load_epoch()
         self.error = ""
         self._backend: GpuBackend | None = None
         if self.spec != "none":
@@ -106,7 +129,19 @@ class NodeAgent:
         elif self.spec == "nvml":
             hosts = [self.hostname]
         return {"hosts": hosts, "backend": self.spec, "error": error, "pid": os.getpid(),
-                "state_dir": str(self.state_dir), "machine": socket.gethostname()}
+                "state_dir": str(self.state_dir), "machine": socket.gethostname(), "epoch": self._epoch}
+
+    def claim(self, epoch: int) -> int:
+        """Answer to services of ``epoch`` or later from now on (never lowers it); the epoch now in force.
+
+        A service calls it on every agent when it starts, before it recovers any job: from then on a launch
+        its dead predecessor still had on the way is refused (module doc).
+        """
+        with self._lock:
+            if epoch > self._epoch:
+                self._epoch = int(epoch)
+                atomic_write(self._epoch_path, str(self._epoch), mode=0o600, durable=True)
+            return self._epoch
 
     def _gpus(self) -> GpuBackend:
         if self._backend is None and self.spec == "none":
@@ -161,26 +196,37 @@ class NodeAgent:
 
     def launch(self, hostname: str, job_id: str, argv: Sequence[str], devices: Sequence[str],
                env_extra: Mapping[str, str] | None = None, cwd: str | None = None) -> tuple[Launched, int | None]:
-        """Start a job on ``hostname`` with exactly ``devices`` visible; refuses a device that is not there.
+        """:meth:`start` without an epoch (epoch 0): the call of services that predate fencing, refused once
+        a fencing service has claimed this agent."""
+        return self.start(hostname, job_id, JobLaunch(tuple(argv), tuple(devices), dict(env_extra or {}), cwd))
+
+    def start(self, hostname: str, job_id: str, run: JobLaunch, epoch: int = 0) -> tuple[Launched, int | None]:
+        """Start a job on ``hostname`` with exactly ``run.devices`` visible; refuses a device that is not there,
+        and a launch from a service older than the one that last claimed this agent (``epoch``; module doc).
 
         Returns the handle and the pid of an older process of the same job it killed first (else None): the
         service launches a job only once it holds no other process of it, so such a process is a stray of
         an attempt that was requeued while this node was away.
 
         Raises:
-            ExecutorError: a device of another node (or none of this agent's), or a bad argv / job id.
+            ExecutorError: a device of another node (or none of this agent's), a bad argv / job id, or a launch
+                from a replaced service.
         """
-        foreign = sorted(set(devices) - self._devices_of(hostname))
+        foreign = sorted(set(run.devices) - self._devices_of(hostname))
         if foreign:
             raise ExecutorError(f"node {hostname} has no device {', '.join(foreign)}")
         ex = self._executor(hostname)
         superseded = None
         with self._lock:
+            if epoch < self._epoch:
+                raise ExecutorError(f"launch of job {job_id} on {hostname} refused: it comes from a service that has "
+                                    f"been replaced (epoch {epoch}; this node answers to epoch {self._epoch})")
+            self.claim(epoch)
             old = self._jobs.get((hostname, job_id))
             if old is not None and ex.poll(old) is None:
                 ex.send_signal(old, signal.SIGKILL)
                 superseded = old.pid
-            h = ex.launch(job_id, argv, devices, env_extra, cwd)
+            h = ex.launch(job_id, run.argv, run.devices, run.env, run.cwd)
             h = Launched(job_id, h.pid, h.start_time, h.log_path, h.exit_file, hostname)
             self._jobs[(hostname, job_id)] = h
             self._save_table()
@@ -282,6 +328,12 @@ class NodeAgent:
         return [self.read_log(node, job_id, offset, limit) for node, job_id, offset in wanted]
 
     # ------------------------------------------------------------------ the table
+    def _load_epoch(self) -> int:
+        try:
+            return max(int(self._epoch_path.read_text().strip()), 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
     def _load_table(self) -> dict[tuple[str, str], Launched]:
         try:
             raw = json.loads(self._table_path.read_text())

@@ -25,6 +25,12 @@ the agent of the handle's node. What it adds over the local executor:
   its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there.
 * **One service per cluster.** Creating the executor takes the cluster's lease
   (:mod:`~rlsched.runtime.fleet.lease`); the pump renews it and collects refused attempts as notices.
+* **Launches of a replaced service are refused.** Creating the executor also takes an epoch above any the
+  agents have seen and claims every agent that answers with it, before the service recovers a job; every
+  launch carries it, and an agent refuses launches of an older epoch (see
+  :mod:`~rlsched.runtime.fleet.agent`). A launch the previous service still had on its way when it was
+  killed can then never start a job its successor has already requeued. Agents found later (a new node, a
+  node that answers again) are claimed before their jobs are listed.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlsched.posix import atomic_write
 from rlsched.runtime.executor import EXIT_NODE_LOST, ExecutorError, Launched, open_private, private_dir
-from rlsched.runtime.fleet.agent import LOG_CHUNK
+from rlsched.runtime.fleet.agent import LOG_CHUNK, JobLaunch
 from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable
 from rlsched.runtime.fleet.lease import LEASE_TTL_S, ServiceLease
 
@@ -86,6 +92,9 @@ class RayExecutor:
                                   lease_ttl_s)
         self.lease.acquire()
         self._lock = threading.RLock()
+        #: this service's epoch: above every epoch an agent has seen (see the module doc)
+        self.epoch = time.time_ns()
+        self._claim(self.directory.agents() or self.directory.refresh())
         #: node -> monotonic time it was first found silent
         self._silent_since: dict[str, float] = {}
         #: agents (ray node, pid) whose jobs were offered to :meth:`strays`
@@ -112,6 +121,32 @@ class RayExecutor:
         self._stop = threading.Event()
         self._pump = threading.Thread(target=self._run_pump, name="rlsched-log-pump", daemon=True)
         self._pump.start()
+
+    def _claim(self, refs: list[AgentRef]) -> None:
+        """Claim the agents ``refs`` with :attr:`epoch`, first raising it above any epoch one of them has seen
+        (a clock behind a predecessor's must not make every launch refused). Silent agents are skipped."""
+        refs = [r for r in refs if self.fences(r)]
+        for _ in range(2):
+            seen = [v for v in self.directory.fan_out(refs, "claim", self.epoch).values() if isinstance(v, int)]
+            top = max(seen, default=0)
+            if top <= self.epoch:
+                return
+            self.epoch = top + 1
+
+    @staticmethod
+    def fences(ref: AgentRef) -> bool:
+        """Whether the agent knows epochs: a detached agent started by an older rlsched keeps running the
+        old code until it restarts, and is sent launches without one (it fences nothing)."""
+        return hasattr(ref.handle, "claim")
+
+    def launch_on(self, ref: AgentRef, host: str, job_id: str, run: JobLaunch) -> tuple[Launched, int | None]:
+        """Start ``run`` on ``host`` through its agent with this service's epoch (the old call, without one, on an
+        agent that does not fence); the handle and the pid of a stray it superseded."""
+        if self.fences(ref):
+            out: tuple[Launched, int | None] = self.directory.call(ref, "start", host, job_id, run, self.epoch)
+            return out
+        return self.directory.call(ref, "launch", host, job_id, list(run.argv), list(run.devices), dict(run.env),
+                                   run.cwd)
 
     # ------------------------------------------------------------------ routing
     def on(self, node: str) -> _NodeJobs:
@@ -144,8 +179,8 @@ class RayExecutor:
         started: list[Launched] = []
         try:
             for rank, host in enumerate(hosts):
-                h, old = self.directory.call(self.agent(host), "launch", host, job_id, argv, by_node[host],
-                                             {**common, "RLSCHED_GANG_RANK": str(rank)}, cwd)
+                run = JobLaunch(tuple(argv), tuple(by_node[host]), {**common, "RLSCHED_GANG_RANK": str(rank)}, cwd)
+                h, old = self.launch_on(self.agent(host), host, job_id, run)
                 self.superseded(host, job_id, old)
                 started.append(h)
         except Exception as exc:
@@ -329,6 +364,7 @@ class RayExecutor:
         check = fresh + [r for r in agents if r not in fresh and set(r.hosts) & returned]
         if not check:
             return out
+        self._claim(check)
         answers = self.directory.fan_out(check, "jobs")
         for ref in check:
             got = answers.get(ref.ray_node)
@@ -511,7 +547,8 @@ class _NodeJobs:
         if len(by_node) > 1:
             return self.parent.start_gang(job_id, list(argv), by_node, env, wd)
         try:
-            h, old = self._call("launch", self.node, job_id, list(argv), list(visible_devices), env, wd)
+            h, old = self.parent.launch_on(self.parent.agent(self.node), self.node, job_id,
+                                           JobLaunch(tuple(argv), tuple(visible_devices), env, wd))
         except AgentUnavailable as exc:
             raise ExecutorError(f"node {self.node}: {exc}") from None
         self.parent.superseded(self.node, job_id, old)

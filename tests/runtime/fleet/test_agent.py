@@ -14,7 +14,7 @@ import pytest
 
 from rlsched.runtime.backend import BackendError
 from rlsched.runtime.executor import EXIT_LOST, ExecutorError
-from rlsched.runtime.fleet.agent import NodeAgent
+from rlsched.runtime.fleet.agent import JobLaunch, NodeAgent
 from rlsched.runtime.sim_backend import build_fleet, write_json_atomic
 
 PY = sys.executable
@@ -133,3 +133,67 @@ def test_an_agent_told_none_manages_nothing_and_reports_no_problem(tmp_path: Pat
 def test_an_unknown_backend_form_is_the_agents_error(tmp_path: Path) -> None:
     hello = NodeAgent("gpu", str(tmp_path / "agent")).hello()
     assert "RLSCHED_AGENT_BACKEND='gpu': expected 'nvml', 'sim:PATH.json' or 'none'" in hello["error"]
+
+
+def test_a_launch_from_a_replaced_service_is_refused_and_starts_nothing(tmp_path: Path, fleet: Path) -> None:
+    # The race it closes: a service dies with a launch on its way; its successor claims the agent, finds no
+    # process of the job and requeues it; the late launch then arrives. It must start nothing.
+    a = agent(tmp_path, fleet)
+    dev = a.inventory()[0].gpus[0].uuid
+    assert a.hello()["epoch"] == 0
+    assert a.claim(20) == 20
+    assert a.claim(10) == 20  # never lowered: an older service cannot take the node back
+    assert a.find("n-a100-01", "j-late") is None  # the successor looks, finds nothing (and requeues)
+    with pytest.raises(ExecutorError, match=r"launch of job j-late on n-a100-01 refused: .*replaced "
+                                            r"\(epoch 19; this node answers to epoch 20\)"):
+        a.start("n-a100-01", "j-late", JobLaunch((PY, "-c", "print('ran')"), (dev,)), epoch=19)
+    assert a.jobs() == [] and a.find("n-a100-01", "j-late") is None
+    assert not (tmp_path / "agent" / "logs" / "n-a100-01" / "j-late.log").exists()
+    # the successor's own launch (its epoch, or a later one) runs
+    h, _ = a.start("n-a100-01", "j-late", JobLaunch((PY, "-c", "print('ran')"), (dev,)), epoch=20)
+    assert wait_rc(a, "j-late", h.pid, h.start_time) == 0
+    h, _ = a.start("n-a100-01", "j-next", JobLaunch((PY, "-c", "pass"), (dev,)), epoch=21)
+    assert wait_rc(a, "j-next", h.pid, h.start_time) == 0
+    # the epoch outlives the agent: a restarted agent still refuses the replaced service
+    again = agent(tmp_path, fleet)
+    assert again.hello()["epoch"] == 21
+    with pytest.raises(ExecutorError, match="refused"):
+        again.start("n-a100-01", "j-zombie", JobLaunch((PY, "-c", "pass"), (dev,)), epoch=20)
+    with pytest.raises(ExecutorError, match="refused"):  # a service that predates fencing (no epoch) too
+        again.launch("n-a100-01", "j-zombie", [PY, "-c", "pass"], [dev])
+
+
+def test_a_corrupt_epoch_file_is_epoch_zero(tmp_path: Path, fleet: Path) -> None:
+    a = agent(tmp_path, fleet)
+    a.claim(7)
+    (tmp_path / "agent" / "epoch").write_text("not a number")
+    assert agent(tmp_path, fleet).hello()["epoch"] == 0
+
+
+def test_an_agent_of_an_older_rlsched_is_sent_the_old_launch() -> None:
+    # A detached agent outlives a service upgrade and runs its old code until it restarts: it has neither
+    # ``claim`` nor ``start``, so the executor sends it the old ``launch`` (it fences nothing).
+    from rlsched.runtime.fleet.directory import AgentRef
+    from rlsched.runtime.fleet.executor import RayExecutor
+
+    calls: list[tuple[str, tuple[object, ...]]] = []
+
+    class Directory:
+        def call(self, ref: AgentRef, method: str, *args: object) -> object:
+            calls.append((method, args))
+            return ("handle", None)
+
+    class Old:
+        def launch(self) -> None: ...
+
+    class New(Old):
+        def claim(self) -> None: ...
+
+        def start(self) -> None: ...
+
+    ex = RayExecutor.__new__(RayExecutor)  # only the launch routing, without a cluster
+    ex.epoch, ex.directory = 42, Directory()  # type: ignore[assignment]
+    run = JobLaunch(("job",), ("GPU-1",), {"A": "1"}, "/tmp")
+    ex.launch_on(AgentRef("n", "m", Old(), [], "", 1), "h", "j", run)
+    ex.launch_on(AgentRef("n", "m", New(), [], "", 1), "h", "j", run)
+    assert calls == [("launch", ("h", "j", ["job"], ["GPU-1"], {"A": "1"}, "/tmp")), ("start", ("h", "j", run, 42))]

@@ -385,6 +385,35 @@ def test_service_kill9_reattaches_to_the_agents_and_their_jobs(ray_fleet: RayFle
         proc.wait(60)
 
 
+def test_a_launch_from_a_replaced_service_starts_nothing(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    # A service killed with a launch still on its way to an agent; its successor (same state dir) has claimed
+    # the agents before recovering, found no process and requeued the job. The late launch must start
+    # nothing. The dead service's executor stands in for the launch on its way (same call, its epoch).
+    from rlsched.runtime.executor import ExecutorError
+    from rlsched.runtime.fleet.backend import RayBackend
+
+    host = ray_fleet.hosts["a"]
+    logs = tmp_path / "state" / "logs"
+    first_backend = RayBackend(ray_fleet.address)
+    dev = first_backend.node(host).gpus[0].uuid
+    first = first_backend.job_executor(logs)
+    second = RayBackend(ray_fleet.address).job_executor(logs)  # the restarted service takes the lease back
+    try:
+        assert second.epoch > first.epoch
+        assert second.on(host).find("j-late") is None
+        with pytest.raises(ExecutorError, match=r"launch of job j-late on .* refused: it comes from a service "
+                                                r"that has been replaced"):
+            first.on(host).launch("j-late", [PY, "-c", "print('ran')"], [dev])
+        assert second.on(host).find("j-late") is None
+        assert not [j for j in second.strays() if j[1] == "j-late"]
+        h = second.on(host).launch("j-late", [PY, "-c", "print('ran')"], [dev])  # the successor's attempt runs
+        wait_for(lambda: second.poll(h) is not None, what="the successor's attempt to end")
+        assert second.poll(h) == 0
+    finally:
+        second.close()
+        first.close()
+
+
 @pytest.mark.slow
 def test_a_thousand_submissions_run_exactly_once_across_the_nodes(ray_fleet: RayFleet, tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
