@@ -88,6 +88,7 @@ class SelectorEnv(gym.Env[np.ndarray, np.int64]):
         self._schedulers: list[Any] = []
         self._steps = 0
         self._world = 0
+        self._last = -1
 
     @property
     def engine(self) -> Engine:
@@ -110,13 +111,20 @@ class SelectorEnv(gym.Env[np.ndarray, np.int64]):
         for s in self._schedulers:
             s.reset(eng.state)
         self._steps = 0
+        self._last = -1
         eng.advance()
         return regime_features(eng.state), {"world": sc.name}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Let candidate ``action`` schedule until ``hold_s`` has passed (or the episode ends)."""
         eng = self.engine
-        sched = self._schedulers[int(action)]
+        k = int(action)
+        sched = self._schedulers[k]
+        if k != self._last:
+            # A heuristic with memory (Tiresias' queues) rebuilds it from the state it takes over: its
+            # memory of the hours another candidate scheduled would be stale.
+            sched.reset(eng.state)
+            self._last = k
         t_end = eng.now + self.hold_s
         area = 0.0
         terminated = False

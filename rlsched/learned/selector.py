@@ -176,7 +176,9 @@ class SelectorScheduler:
     At the first decision point, and at the first one ``hold_s`` or more after the last
     choice, the network picks a candidate from the regime features; that heuristic then
     decides every decision point until the next choice - the cadence the training
-    environment used. Every candidate sees :meth:`reset`; only the chosen one decides.
+    environment used. Every candidate sees :meth:`reset`, and again whenever it takes over from
+    another (as in training), so a heuristic with memory starts from the state it is handed;
+    only the chosen one decides.
     :attr:`choices` counts how often each candidate was chosen (for reports and audits).
     """
 
@@ -204,7 +206,11 @@ class SelectorScheduler:
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         """The chosen heuristic's decisions (a new choice when the last one has held ``hold_s``)."""
         if state.time >= self._next_pick:
-            self.current = self.model.choose(state)
+            pick = self.model.choose(state)
+            if pick != self.current:
+                # as in training: a heuristic's memory (Tiresias' queues) starts from the state it takes over
+                self.heuristics[pick].reset(state)
+            self.current = pick
             self.choices[self.model.candidates[self.current]] += 1
             self._next_pick = state.time + self.model.hold_s
         yield from self.heuristics[self.current].decide(state)

@@ -81,3 +81,27 @@ def test_bad_parameters_are_one_line_errors(onprem: Scenario, kwargs: dict[str, 
     cands = args.pop("candidates")
     with pytest.raises(Exception, match=message):
         SelectorEnv([onprem], cands, **args)  # type: ignore[arg-type]
+
+
+def test_a_candidate_taking_over_rebuilds_its_memory_from_the_state(onprem: Scenario) -> None:
+    """Tiresias keeps memory between decision points (its jobs' queues); hours another candidate scheduled
+    would leave it stale, so a candidate is reset from the state it takes over - each time, and only then."""
+    env = SelectorEnv([onprem], ["sjf", "tiresias"], hold_s=1800.0, episode_jobs=None)
+    env.reset(seed=0)
+    tiresias = env._schedulers[1]
+    taken_over: list[tuple[float, int]] = []
+    plain_reset = tiresias.reset
+
+    def reset(state):  # type: ignore[no-untyped-def]
+        taken_over.append((state.time, len(state.running) + len(state.queue)))
+        plain_reset(state)
+
+    tiresias.reset = reset
+    for action in (0, 0, 1, 1, 1, 0, 1):
+        _, _, term, _, _ = env.step(action)
+        assert not term
+    assert len(taken_over) == 2  # at the two switches to it, not at the steps it kept
+    assert taken_over[0][0] > env.engine.t0  # mid-episode, after sjf scheduled
+    while not env.step(1)[2]:
+        pass
+    assert env.engine.report("mix", 0.0).jobs_completed == len(onprem.jobs)

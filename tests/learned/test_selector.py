@@ -72,6 +72,29 @@ def test_choices_follow_the_regime_and_the_hold(scenario) -> None:  # type: igno
     assert (gaps >= 1800.0).all()  # one choice holds hold_s
 
 
+def test_a_candidate_is_reset_when_it_takes_over_as_in_training(scenario) -> None:  # type: ignore[no-untyped-def]
+    sched = _backlog(_constant(0, hold_s=1800.0)).scheduler()
+    engine = Engine(scenario.pools, scenario.jobs, scenario.market)
+    sched.reset(engine.state)
+    resets = {name: 0 for name in CANDIDATES}
+    for name, h in zip(CANDIDATES, sched.heuristics, strict=True):
+        plain = h.reset
+
+        def counted(state, name=name, plain=plain):  # type: ignore[no-untyped-def]
+            resets[name] += 1
+            plain(state)
+
+        h.reset = counted
+    switches, last = {name: 0 for name in CANDIDATES}, 0
+    while engine.advance():
+        for d in sched.decide(engine.state):
+            engine.apply(d)
+        if sched.current != last:
+            switches[CANDIDATES[sched.current]] += 1
+            last = sched.current
+    assert switches["sjf"] > 0 and resets == switches  # each take-over, and nothing else
+
+
 def test_save_load_round_trip_and_the_loader_dispatch(tmp_path: Path) -> None:
     model = _backlog(_constant(0))
     model.card = {"name": "t"}

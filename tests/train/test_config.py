@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default", "spot", "selector", "selector-fold-b"):
+    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
     # the two folds of the selector recipe leave disjoint generator kinds out, and differ in nothing else
@@ -37,6 +38,13 @@ def test_shipped_experiments_load() -> None:
     assert a.generated is not None and b.generated is not None
     assert not set(a.generated.exclude) & set(b.generated.exclude)
     assert a.selector == b.selector and a.ppo == b.ppo and a.scenarios == b.scenarios
+    # the Tiresias ablation is fold A with one more candidate, and never writes the shipped model
+    t = load_experiment(ROOT / "experiments" / "selector-tiresias.yaml")
+    assert t.selector is not None and a.selector is not None
+    assert t.selector.candidates == (*a.selector.candidates, "tiresias")
+    assert replace(t.selector, candidates=a.selector.candidates) == a.selector
+    assert t.generated == a.generated and t.ppo == a.ppo and t.scenarios == a.scenarios
+    assert t.output != a.output and "models" not in Path(t.output).parts
 
 
 def test_defaults_and_flat_params(tmp_path: Path) -> None:
