@@ -23,8 +23,8 @@ run after its successor has looked for the job, found nothing and requeued it: t
 Every service takes an *epoch* when it starts (:meth:`NodeAgent.claim`, on every agent, before it
 recovers a single job) and sends it with each launch; an agent refuses a launch whose epoch is below the
 highest it was claimed with, and keeps that number across its own restarts (``epoch`` in its state dir).
-An agent serves one call at a time under its lock, so either the late launch came first (the successor
-finds its process and adopts it) or the claim did (the launch is refused and starts nothing). A zombie
+A claim and a launch never interleave (both hold the agent's lock), so either the late launch came first
+(the successor finds its process and adopts it) or the claim did (the launch is refused and starts nothing). A zombie
 service that lost its lease is fenced the same way.
 
 This class imports no Ray: the directory wraps it as an actor, and tests can drive it directly.
