@@ -281,6 +281,11 @@ class GeneratedParams:
     1000 up). ``exclude`` names generator families whose *kind* no draw may have
     (leave-one-family-out): the card lists the others as trained, so the gate and the
     generalisation benchmark judge the model only on the excluded ones.
+
+    ``families`` adds ``family_count`` draws of each *named* generator family (seeds
+    ``seed ..``, still below 1000) to the random ones: a random draw rarely lands on the
+    exact mixture of a documented family, so a model can otherwise lose on a family the
+    card lists as trained. A named family may not be one ``exclude`` leaves out.
     """
 
     count: int = 32
@@ -289,6 +294,8 @@ class GeneratedParams:
     exclude: tuple[str, ...] = ()
     #: largest fleet drawn (nodes): a few hundred jobs only queue on small fleets
     max_nodes: int = 128
+    families: tuple[str, ...] = ()
+    family_count: int = 2
 
 
 @dataclass(frozen=True)
@@ -545,13 +552,25 @@ def _generated(d: Any) -> GeneratedParams | None:
     exclude = d.get("exclude", ())
     if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
         raise ExperimentError(f"generated.exclude: a list of generator family names, got {exclude!r}")
+    named = d.get("families", ())
+    if isinstance(named, str) or not isinstance(named, (list, tuple)):
+        raise ExperimentError(f"generated.families: a list of generator family names, got {named!r}")
     g = GeneratedParams(int(d.get("count", 32)), int(d.get("jobs", 400)), int(d.get("seed", 0)),
-                        tuple(str(x) for x in exclude), int(d.get("max_nodes", 128)))
+                        tuple(str(x) for x in exclude), int(d.get("max_nodes", 128)),
+                        tuple(str(x) for x in named), int(d.get("family_count", 2)))
     from rlsched.workload.generator import FAMILIES
 
-    unknown = [x for x in g.exclude if x not in FAMILIES]
-    if unknown:
-        raise ExperimentError(f"generated.exclude: unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    for key, names in (("exclude", g.exclude), ("families", g.families)):
+        unknown = [x for x in names if x not in FAMILIES]
+        if unknown:
+            raise ExperimentError(f"generated.{key}: unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    both = [x for x in g.families if x in g.exclude]
+    if both:
+        raise ExperimentError(f"generated.families: {both[0]!r} is also in generated.exclude (a family left out "
+                              f"of training cannot be trained on)")
+    if g.families and (g.family_count < 1 or g.seed + g.family_count > 1000):
+        raise ExperimentError(f"generated.family_count: at least 1 and seed + family_count <= 1000 (evaluation seeds "
+                              f"start at 1000), got {g.family_count}")
     if g.max_nodes < (8 if "tiny-fleet" in g.exclude else 4):
         raise ExperimentError(f"generated.max_nodes: at least {8 if 'tiny-fleet' in g.exclude else 4} "
                               f"(the smallest fleet a draw can have), got {g.max_nodes}")

@@ -609,13 +609,25 @@ def generated_training_worlds(count: int, jobs: int, seed: int = 0, exclude: Seq
     return worlds
 
 
-def trained_generator_families(exclude: Sequence[str], max_nodes: int = 128) -> list[str]:
+def named_family_training_worlds(names: Sequence[str], count: int, jobs: int, seed: int = 0) -> list[World]:
+    """``count`` draws (seeds ``seed ..``, below 1000) of each named generator family, ``jobs`` jobs long.
+
+    The same draws as :meth:`GeneratorFamily.windows` with training seeds, labelled as training worlds.
+    """
+    out = []
+    for name in names:
+        for w in GeneratorFamily(name, "").windows(count, jobs, seed0=seed):
+            out.append(replace(w, label=f"generated/{w.label}/train"))
+    return out
+
+
+def trained_generator_families(exclude: Sequence[str], max_nodes: int = 128, named: Sequence[str] = ()) -> list[str]:
     """The generator families whose kind domain randomisation covers when ``exclude`` is left out.
 
     Draws capped at ``max_nodes`` <= 32 nodes never have a large fleet, so ``large-fleet``
-    stays unseen then.
+    stays unseen then - unless it is drawn by name (``named``).
     """
     from rlsched.workload.generator import FAMILIES
 
-    out = set(exclude) | ({"large-fleet"} if max_nodes <= 32 else set())
+    out = (set(exclude) | ({"large-fleet"} if max_nodes <= 32 else set())) - set(named)
     return [name for name in FAMILIES if name not in out]

@@ -301,6 +301,12 @@ def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
     ``bound_vs_wp`` (every competitor but the bound and the candidate is a heuristic,
     ``NAME+rules`` ones included) and, with a candidate, ``model_vs_best`` (mean of per-window
     ratios) with its ``_min`` / ``_max``, ``model_no_worse`` (windows) and ``model_vs_wp``.
+
+    Two headroom figures say how far below the best heuristic any policy could be expected to
+    get, so a missed target shows its cause: ``hindsight_vs_best``, each window's best
+    heuristic picked after the fact (what a perfect choice of one heuristic per window gains
+    over the family's single best), and ``bound_vs_best``, SJF told the true durations
+    (what ordering by information no scheduler has gains); both means of per-window ratios.
     """
     labels = [w for w, row in per_window.items() if row.get("weighted-priority", 0) > 0]
     if not labels:
@@ -315,6 +321,9 @@ def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "windows": len(labels), "best": best, "best_vs_wp": heur[best], "heuristics_vs_wp": heur,
         "bound_vs_wp": statistics.fmean(vs(BOUND, "weighted-priority")) if BOUND in first else None,
+        "bound_vs_best": statistics.fmean(vs(BOUND, best)) if BOUND in first else None,
+        "hindsight_vs_best": statistics.fmean(
+            min(per_window[w][h] for h in heur) / per_window[w][best] for w in labels if per_window[w][best] > 0),
     }
     if CANDIDATE in first:
         r = vs(CANDIDATE, best)
@@ -431,13 +440,19 @@ def verdict(summaries: dict[str, dict[str, Any]], exposure_of: dict[str, str]) -
     if unseen:
         worse = [f for f in unseen if summaries[f]["model_vs_best"] > 1.0]
         good = [f for f in unseen if summaries[f]["model_vs_best"] <= 0.95]
+        # where even a perfect pick of one heuristic per window, or SJF told the true durations, stays
+        # above 0.95x the best heuristic, the 0.95x target asks for more than the family offers
+        room = [f for f in unseen if min(summaries[f].get("hindsight_vs_best", 1.0),
+                                         summaries[f].get("bound_vs_best") or 1.0) <= 0.95]
         roomy = [f for f in unseen if (summaries[f].get("bound_vs_wp") or 1.0) <= 0.80]
         miss = [f for f in roomy if summaries[f]["model_vs_wp"] > 0.90]
         lines += [
             f"model <= 1.00x best heuristic on every unseen family: {'PASS' if not worse else 'FAIL'}"
             + (f" (worse on {', '.join(worse)})" if worse else ""),
             f"model <= 0.95x best heuristic on at least half ({len(good)} of {len(unseen)}): "
-            f"{'PASS' if 2 * len(good) >= len(unseen) else 'FAIL'}",
+            f"{'PASS' if 2 * len(good) >= len(unseen) else 'FAIL'}"
+            + f"; headroom to 0.95x (hindsight pick or bound <= 0.95x the best) on {len(room)} of {len(unseen)}"
+            + (f" ({', '.join(room)})" if room else ""),
             f"model <= 0.90x weighted-priority where the bound is <= 0.80x ({len(roomy)} families): "
             f"{'PASS' if not miss else 'FAIL'}" + (f" (not on {', '.join(miss)})" if miss else ""),
         ]
@@ -462,8 +477,8 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
     """The per-family markdown table of the on-prem families (benchmark output and model cards)."""
     order = [k for k in (order or list(report.exposure)) if not report.is_spot(k)]
     has_model = any("model_vs_best" in s for s in report.summaries.values())
-    head = "| family | seen | windows | best heuristic | best vs WP | bound vs WP |"
-    rule = "|---|---|---:|---|---:|---:|"
+    head = "| family | seen | windows | best heuristic | best vs WP | bound vs WP | hindsight / bound vs best |"
+    rule = "|---|---|---:|---|---:|---:|---:|"
     if has_model:
         head += " model vs best (range) | no worse | model vs WP |"
         rule += "---:|---:|---:|"
@@ -472,12 +487,13 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
         s = report.summaries.get(k)
         if not s or not s.get("windows"):
             why = report.skipped.get(k, "no windows")
-            lines.append(f"| {k} | {report.exposure.get(k, '?')} | 0 | {why} | - | - |"
+            lines.append(f"| {k} | {report.exposure.get(k, '?')} | 0 | {why} | - | - | - |"
                          + (" - | - | - |" if has_model else ""))
             continue
-        b = s["bound_vs_wp"]
+        b, bb, hb = s["bound_vs_wp"], s.get("bound_vs_best"), s.get("hindsight_vs_best")
         row = (f"| {k} | {report.exposure[k]} | {s['windows']} | {s['best']} | {s['best_vs_wp']:.3f} | "
-               f"{'-' if b is None else f'{b:.3f}'} |")
+               f"{'-' if b is None else f'{b:.3f}'} | {'-' if hb is None else f'{hb:.3f}'} / "
+               f"{'-' if bb is None else f'{bb:.3f}'} |")
         if "model_vs_best" in s:
             row += (f" {s['model_vs_best']:.3f} ({s['model_vs_best_min']:.2f}-{s['model_vs_best_max']:.2f}) | "
                     f"{s['model_no_worse']}/{s['windows']} | {s['model_vs_wp']:.3f} |")

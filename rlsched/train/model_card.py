@@ -79,9 +79,9 @@ def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
         "holdout": [{"name": e.name, "scenario": e.scenario, "eval_windows_h": e.eval_windows_h,
                      "clusters": e.clusters, "load_factors": e.load_factors} for e in exp.holdout],
         "training_worlds": list(facts.training_worlds),
-        "families": trained_generator_families(gen.exclude, gen.max_nodes) if gen else [],
+        "families": trained_generator_families(gen.exclude, gen.max_nodes, gen.families) if gen else [],
         "generated": {"count": gen.count, "jobs": gen.jobs, "seed": gen.seed, "exclude": list(gen.exclude),
-                      "max_nodes": gen.max_nodes}
+                      "max_nodes": gen.max_nodes, "families": list(gen.families), "family_count": gen.family_count}
         if gen else None,
         "steps": facts.steps,
         "seed": exp.seed,

@@ -26,7 +26,7 @@ from rlsched.envs.trained_actions import TrainedActions
 from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment
 from rlsched.train.evaluate import comparison_markdown, evaluate
-from rlsched.train.families import generated_training_worlds
+from rlsched.train.families import generated_training_worlds, named_family_training_worlds
 from rlsched.train.forecast_fit import attach, error_markdown, error_metrics, fit_forecasters, forecast_error
 from rlsched.train.model_card import forecast_card, git_commit
 from rlsched.train.worlds import World, evaluation_worlds, training_worlds
@@ -198,6 +198,8 @@ def prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> Worlds:
     # Domain randomisation: worlds drawn from whole workload families (they run without a forecaster).
     gen = exp.generated
     gen_worlds = generated_training_worlds(gen.count, gen.jobs, gen.seed, gen.exclude, gen.max_nodes) if gen else []
+    if gen and gen.families:
+        gen_worlds += named_family_training_worlds(gen.families, gen.family_count, gen.jobs, gen.seed)
     log(f"{len(worlds) + len(gen_worlds)} training worlds ({len(gen_worlds)} generated), {len(eval_worlds)} "
         f"evaluation windows, {len(holdout_worlds)} holdout windows")
     # The action kinds the network can learn here: written into the model folder, and masked outside

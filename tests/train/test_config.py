@@ -30,7 +30,7 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias"):
+    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias", "selector-named"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
     # the two folds of the selector recipe leave disjoint generator kinds out, and differ in nothing else
@@ -45,6 +45,13 @@ def test_shipped_experiments_load() -> None:
     assert replace(t.selector, candidates=a.selector.candidates) == a.selector
     assert t.generated == a.generated and t.ppo == a.ppo and t.scenarios == a.scenarios
     assert t.output != a.output and "models" not in Path(t.output).parts
+    # the named-families ablation is fold A plus draws of families fold A already counts as trained
+    n = load_experiment(ROOT / "experiments" / "selector-named.yaml")
+    assert n.generated is not None and n.generated.families and not set(n.generated.families) & set(a.generated.exclude)
+    assert replace(n.generated, families=(), family_count=a.generated.family_count) == a.generated
+    assert n.selector == a.selector and n.ppo == a.ppo and n.scenarios == a.scenarios
+    assert n.output != a.output and "models" not in Path(n.output).parts
+    assert n.mlflow.registered_model != a.mlflow.registered_model
 
 
 def test_defaults_and_flat_params(tmp_path: Path) -> None:
@@ -179,13 +186,20 @@ def test_gate_and_generated_keys(tmp_path: Path) -> None:
     g = load("gate: {families: [gen-gang, traces], windows: 2, max_jobs: 300}").gate
     assert g.families == ("gen-gang", "traces") and g.windows == 2 and g.max_jobs == 300
     gen = load("generated: {count: 8, jobs: 200, seed: 5, exclude: [gang, bursty]}").generated
-    assert gen.count == 8 and gen.exclude == ("gang", "bursty")
+    assert gen.count == 8 and gen.exclude == ("gang", "bursty") and gen.families == ()
+    named = load("generated: {count: 8, exclude: [gang], families: [tiny-fleet, steady], family_count: 3}").generated
+    assert named.families == ("tiny-fleet", "steady") and named.family_count == 3
     for bad, msg in (("gate: {families: [gen-gnag]}", "did you mean 'gen-gang'"),
                      ("gate: {families: gen-gang}", "a non-empty list"),
                      ("gate: {windows: 0}", "windows must be >= 1"),
                      ("gate: {famillies: [all]}", "famillies"),
                      ("generated: {exclude: [gangs]}", "unknown family 'gangs'"),
                      ("generated: {count: 10, seed: 995}", r"seed \+ count <= 1000"),
+                     ("generated: {families: [tiny-flet]}", "generated.families: unknown family 'tiny-flet'"),
+                     ("generated: {families: tiny-fleet}", "a list of generator family names"),
+                     ("generated: {exclude: [gang], families: [gang]}", "'gang' is also in generated.exclude"),
+                     ("generated: {count: 4, seed: 990, families: [steady], family_count: 20}",
+                      r"seed \+ family_count <= 1000"),
                      ("generated: 3", "expected a mapping")):
         with pytest.raises(ExperimentError, match=msg):
             load(bad)

@@ -123,3 +123,18 @@ def test_generated_training_worlds_are_seeded_draws_below_the_evaluation_seeds()
     assert all(j.num_gpus <= 8 for w in a for j in w.scenario.jobs)  # gangs excluded
     assert all(w.scenario.source.rsplit(":", 1)[1] in {"10", "11", "12", "13"} for w in a)
     assert "gang" not in trained_generator_families(("gang",)) and "bursty" in trained_generator_families(("gang",))
+
+
+def test_named_family_training_worlds_are_training_seed_draws_of_the_family() -> None:
+    from rlsched.train.families import GeneratorFamily, named_family_training_worlds, trained_generator_families
+
+    worlds = named_family_training_worlds(("tiny-fleet", "steady"), 2, 60, seed=7)
+    assert [w.label for w in worlds] == ["generated/tiny-fleet/seed7/train", "generated/tiny-fleet/seed8/train",
+                                         "generated/steady/seed7/train", "generated/steady/seed8/train"]
+    # the very draws the benchmark would make with those seeds - and the benchmark's own start at 1000
+    same = GeneratorFamily("tiny-fleet", "").windows(1, 60, seed0=7)[0]
+    assert worlds[0].scenario.jobs == same.scenario.jobs and len(worlds[0].scenario.jobs) == 60
+    assert worlds[0].scenario.jobs != GeneratorFamily("tiny-fleet", "").windows(1, 60)[0].scenario.jobs
+    # a family drawn by name is trained, even one the fleet cap would keep unseen
+    assert "large-fleet" not in trained_generator_families(("gang",), max_nodes=32)
+    assert "large-fleet" in trained_generator_families(("gang",), max_nodes=32, named=("large-fleet",))
