@@ -91,6 +91,10 @@ class Supervisor:
             h = self._on(rec).adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path)
         else:
             h = self._on(rec).find(rec.id)
+            if h is not None and h.pid <= 0:
+                # its node is silent: whether the launch started there is not known yet, so the job waits
+                # (polls say when the node is lost); the handle is asked for afresh each pass, never kept
+                return h
             if h is not None:
                 with contextlib.suppress(StoreError):
                     self.store.set_process(rec.id, h.pid, h.start_time, str(h.log_path))
@@ -103,7 +107,10 @@ class Supervisor:
         return h
 
     def ensure_stopping(self, rec: JobRecord, h: Launched) -> None:
-        """SIGTERM once; SIGKILL after ``grace_s`` (never blocks)."""
+        """SIGTERM once; SIGKILL after ``grace_s`` (never blocks). A handle without a pid (a job on a silent
+        node whose launch is unconfirmed) has nothing to signal yet: the grace starts once it is found."""
+        if h.pid <= 0:
+            return
         now = time.monotonic()
         deadline = self._stopping.get(rec.id)
         if deadline is None:

@@ -33,6 +33,7 @@ This class imports no Ray: the directory wraps it as an actor, and tests can dri
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -45,6 +46,8 @@ from typing import Any
 from rlsched.posix import atomic_write
 from rlsched.runtime.backend import BackendError, GpuBackend, GpuInfo, NodeInfo
 from rlsched.runtime.executor import EXIT_LOST, ExecutorError, Launched, LocalExecutor, private_dir
+
+LOG = logging.getLogger(__name__)
 
 BACKEND_ENV = "RLSCHED_AGENT_BACKEND"
 STATE_DIR_ENV = "RLSCHED_AGENT_STATE_DIR"
@@ -329,9 +332,16 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ the table
     def _load_epoch(self) -> int:
+        """The epoch kept in the state dir; 0 when there is none. An unreadable one reads 0 too - harmless
+        while every service claims the agents before it recovers a job (the claim writes a good one) - but
+        it is said in the agent's log, since until then a replaced service's launch would not be refused."""
         try:
             return max(int(self._epoch_path.read_text().strip()), 0)
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            LOG.warning("%s: unreadable service epoch (%s); launches are not fenced until a service claims "
+                        "this agent", self._epoch_path, exc)
             return 0
 
     def _load_table(self) -> dict[tuple[str, str], Launched]:

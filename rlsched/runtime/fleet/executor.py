@@ -31,6 +31,13 @@ the agent of the handle's node. What it adds over the local executor:
   :mod:`~rlsched.runtime.fleet.agent`). A launch the previous service still had on its way when it was
   killed can then never start a job its successor has already requeued. Agents found later (a new node, a
   node that answers again) are claimed before their jobs are listed.
+* **A job without a pid on a silent node waits too.** A job the store shows running without a pid (its
+  launch was on its way when the previous service died) whose node does not answer at restart gets an
+  *unconfirmed* handle of pid :data:`UNKNOWN_PID` from :meth:`_NodeJobs.find`, not None: requeueing it at
+  once could run it twice if the launch did start there. Its polls wait like any job of a silent node and
+  return :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` after ``lost_after_s``; when the node answers
+  first, its agent is claimed (so a launch still on its way is refused from then on) and asked for the
+  job, and the service adopts the process it finds, or requeues the job if there is none.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsched.posix import atomic_write
-from rlsched.runtime.executor import EXIT_NODE_LOST, ExecutorError, Launched, open_private, private_dir
+from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST, ExecutorError, Launched, open_private, private_dir
 from rlsched.runtime.fleet.agent import LOG_CHUNK, JobLaunch
 from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable
 from rlsched.runtime.fleet.lease import LEASE_TTL_S, ServiceLease
@@ -65,6 +72,8 @@ SNAPSHOT_S = 0.2
 #: What one round of ``jobs()`` calls found: node -> job id -> {(pid, start time)} alive there; a node is
 #: present only if its agent answered.
 Snapshot = dict[str, dict[str, set[tuple[int, int]]]]
+#: The pid of an unconfirmed handle: a job without a pid on a node that did not answer (see the module doc).
+UNKNOWN_PID = 0
 #: Seconds gang members get between SIGTERM and SIGKILL once their leader ended.
 GANG_GRACE_S = 10.0
 _OFFSETS = ".remote-log-offsets.json"
@@ -291,6 +300,11 @@ class RayExecutor:
             since = self._silent_since.setdefault(node, time.monotonic())
         return EXIT_NODE_LOST if time.monotonic() - since >= self.lost_after_s else None
 
+    def is_silent(self, node: str) -> bool:
+        """Whether the last poll of a job on ``node`` found its agent silent (and none has answered since)."""
+        with self._lock:
+            return node in self._silent_since
+
     def _answered(self, node: str) -> None:
         with self._lock:
             if self._silent_since.pop(node, None) is not None:
@@ -317,6 +331,8 @@ class RayExecutor:
         return self._gang_end(job, rc, still)
 
     def _poll_leader(self, job: Launched, snap: Snapshot) -> int | None:
+        if job.pid == UNKNOWN_PID:
+            return self._poll_unconfirmed(job, snap)
         if job.node not in snap:
             # its agent did not answer this round's jobs() (or there is none): no call per job, which
             # would wait the call timeout once for every job of a partitioned node
@@ -335,6 +351,20 @@ class RayExecutor:
             return None
         self._finish_log(job)  # the last output before the exit is reported
         return rc
+
+    def _poll_unconfirmed(self, job: Launched, snap: Snapshot) -> int | None:
+        """A poll of a pid-less job's handle (see the module doc): None while its node is silent (until it
+        is lost) or while a process of the job runs there; EXIT_LOST once the node answers without one."""
+        if job.node not in snap:
+            return self._silent(job.node)
+        self._answered(job.node)
+        try:
+            ref = self.agent(job.node)
+            self._claim([ref])  # from now on a launch of the dead service is refused: the answer below holds
+            found: Launched | None = self.directory.call(ref, "find", job.node, job.job_id)
+        except (AgentUnavailable, ExecutorError):
+            return self._silent(job.node)
+        return None if found is not None else EXIT_LOST  # found: the service's next pass adopts it
 
     def _finish_log(self, h: Launched) -> None:
         with contextlib.suppress(Exception):
@@ -565,10 +595,16 @@ class _NodeJobs:
         return None if h is None else self.parent.track(h)
 
     def find(self, job_id: str) -> Launched | None:
+        """The job's live process on this node; on a silent node an unconfirmed handle of pid
+        :data:`UNKNOWN_PID` (whether it runs there is not known yet: see the module doc). A node already
+        known to be silent is not called again: each call would wait out the call timeout."""
+        unconfirmed = Launched(job_id, UNKNOWN_PID, 0, self.log_dir / f"{job_id}.log", Path(""), self.node)
+        if self.parent.is_silent(self.node):
+            return unconfirmed
         try:
             h: Launched | None = self._call("find", self.node, job_id)
         except AgentUnavailable:
-            return None
+            return unconfirmed
         return None if h is None else self.parent.track(h)
 
     def poll(self, job: Launched) -> int | None:

@@ -163,11 +163,16 @@ def test_a_launch_from_a_replaced_service_is_refused_and_starts_nothing(tmp_path
         again.launch("n-a100-01", "j-zombie", [PY, "-c", "pass"], [dev])
 
 
-def test_a_corrupt_epoch_file_is_epoch_zero(tmp_path: Path, fleet: Path) -> None:
+def test_a_corrupt_epoch_file_is_epoch_zero_and_said(tmp_path: Path, fleet: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
     a = agent(tmp_path, fleet)
     a.claim(7)
+    assert not [r for r in caplog.records if "epoch" in r.getMessage()]
     (tmp_path / "agent" / "epoch").write_text("not a number")
-    assert agent(tmp_path, fleet).hello()["epoch"] == 0
+    with caplog.at_level("WARNING", logger="rlsched.runtime.fleet.agent"):
+        assert agent(tmp_path, fleet).hello()["epoch"] == 0
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and "unreadable service epoch" in said[0] and str(tmp_path / "agent" / "epoch") in said[0]
 
 
 def test_an_agent_of_an_older_rlsched_is_sent_the_old_launch() -> None:

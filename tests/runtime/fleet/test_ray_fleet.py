@@ -466,3 +466,88 @@ def test_a_partitioned_node_that_answers_again_keeps_its_jobs(
 
         wait_for(lambda: len(node_audit()) >= 2, timeout=60, what="the node's return to be audited")
         assert node_audit() == ["node-unreachable", "node-returned"]
+
+
+def test_a_job_without_a_pid_on_a_silent_node_waits_for_it_and_is_adopted(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service died between launching a job and recording its pid, and the job's node is silent when the
+    # next service recovers. Requeueing it at once would run it twice (the launch did start there); it must
+    # wait like any job of a silent node, and be adopted when the node answers.
+    import sqlite3
+
+    monkeypatch.setenv("RLSCHED_NODE_LOST_AFTER_S", "120")
+    spec = ray_fleet.spec(tmp_path / "pool.hcl")
+    config = ServiceConfig([spec], tmp_path / "state", backend=f"ray:{ray_fleet.address}", grace_s=1.0, tick_s=0.05)
+    first = SchedulerService(config)
+    first.start()
+    job = first.submit(JobRequest([PY, "-c", "import time; print('start', flush=True); time.sleep(STRAY_S)"
+                                   .replace("STRAY_S", str(STRAY_S))], gpus=1))
+    wait_for(lambda: first.store.get(job.id).pid is not None, what="the job to start")
+    rec = first.store.get(job.id)
+    assert rec.allocation is not None
+    host, pid = rec.allocation.node, rec.pid
+    agent = first.backend.directory.agent_for(host)  # type: ignore[attr-defined]
+    assert agent is not None and agent.pid
+    first.close()  # its job runs on under its agent
+    # the store as the launch's commit left it: running, without the pid the launch would have recorded
+    with contextlib.closing(sqlite3.connect(config.state_dir / "jobs.db")) as db, db:
+        db.execute("UPDATE jobs SET pid = NULL, pid_start = NULL WHERE id = ?", (job.id,))
+    os.kill(agent.pid, signal.SIGSTOP)  # the node stops answering
+    try:
+        second = SchedulerService(config)
+        second.start()  # recovers with the node silent
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
+    try:
+        assert second.recovered["requeued"] == 0 and second.recovered["adopted"] == 1
+        assert second.store.get(job.id).state is JobState.RUNNING and second.store.get(job.id).attempts == 1
+        wait_for(lambda: second.store.get(job.id).pid == pid, timeout=60, what="the process to be adopted")
+        assert alive(pid)
+        second.cancel(job.id)  # a cancel reaches the adopted process
+        wait_for(lambda: finished(second, job.id), timeout=60, what="the cancel")
+        done = second.store.get(job.id)
+        assert done.state is JobState.CANCELLED and done.attempts == 1  # adopted, never started twice
+        assert Path(done.log_path or "").read_text().count("start") == 1
+        wait_for(lambda: not alive(pid), what="the process to end")
+        assert not [r for r in second.store.audit() if r.event is AuditEvent.NODE and r.reason == "fenced"]
+    finally:
+        second.close()
+
+
+def test_an_unconfirmed_handle_waits_while_its_node_is_silent_and_resolves_when_it_answers(
+        ray_fleet: RayFleet, tmp_path: Path) -> None:
+    # The executor's side of the test above: a pid-less job's handle on a silent node, a running job's
+    # (adopted once the node answers) and a never-started job's (EXIT_LOST then: the service requeues it).
+    from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST
+    from rlsched.runtime.fleet.backend import RayBackend
+    from rlsched.runtime.fleet.executor import UNKNOWN_PID
+
+    host = ray_fleet.hosts["c"]
+    backend = RayBackend(ray_fleet.address)
+    dev = backend.node(host).gpus[0].uuid
+    ex = backend.job_executor(tmp_path / "logs")
+    agent = backend.directory.agent_for(host)
+    assert agent is not None and agent.pid
+    try:
+        ran = ex.on(host).launch("j-ran", sleeper(60), [dev])
+        os.kill(agent.pid, signal.SIGSTOP)
+        try:
+            started, never = ex.on(host).find("j-ran"), ex.on(host).find("j-never")
+            assert started is not None and never is not None
+            assert started.pid == never.pid == UNKNOWN_PID
+            assert ex.poll(started) is None and ex.poll(never) is None and ex.is_silent(host)
+            again = ex.on(host).find("j-ran")  # a node known to be silent is not called again
+            assert again is not None and again.pid == UNKNOWN_PID
+            ex.lost_after_s = 0.0
+            assert ex.poll(never) == EXIT_NODE_LOST  # a silent node's jobs are lost in the end, pid or not
+            ex.lost_after_s = 120.0
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        wait_for(lambda: ex.poll(never) == EXIT_LOST, timeout=60, what="the node to answer")
+        assert ex.poll(started) is None  # its process runs: the service's next pass adopts it
+        found = ex.on(host).find("j-ran")
+        assert found is not None and found.pid == ran.pid
+        ex.send_signal(found, signal.SIGKILL)
+        wait_for(lambda: ex.poll(found) is not None, what="the job to end")
+    finally:
+        ex.close()
