@@ -166,7 +166,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         "",
         f"- observation signature: `{card['observation_signature']}`",
         f"- produced by: `{card['command']}` (git {card['git_commit'][:12]})",
-        f"- steps: {card['steps']:,}, seed {card['seed']}, training wall time {card['wall_s']:.0f} s",
+        f"- steps: {card['steps']:,}, seed {card['seed']}, training wall time {card['wall_s']:.0f} s"
+        + _reused_labels(card),
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
@@ -188,3 +189,12 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         table,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _reused_labels(card: dict[str, Any]) -> str:
+    """How much of a selector's wall time was labelling reused from an earlier run ("" when none was)."""
+    bc = card.get("behaviour_cloning") or {}
+    if not bc.get("selector/labels_reused"):
+        return ""
+    return (f" (including {float(bc.get('selector/label_wall_s', 0.0)):.0f} s of labelling, reused from an earlier "
+            f"run's `selector_labels.npz`)")

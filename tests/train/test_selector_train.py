@@ -102,6 +102,18 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     assert "resumed from step-" in proc.stdout
     assert json.loads((folder / "card.json").read_text())["steps"] >= 384
 
+    # a fresh run in the same run dir reuses the labels; its card counts what they cost and says so
+    proc = rl("train", str(exp), "-q", "--no-track", "--run-dir", str(tmp_path / "run"), env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reusing 8 labelled states" in proc.stdout
+    again = json.loads((folder / "card.json").read_text())
+    bc = again["behaviour_cloning"]
+    assert bc["selector/labels_reused"] == 1.0 and card["behaviour_cloning"]["selector/labels_reused"] == 0.0
+    assert again["wall_s"] >= bc["selector/label_wall_s"] > 0
+    md_again = (folder / "MODEL_CARD.md").read_text()
+    assert "s of labelling, reused from an earlier run's `selector_labels.npz`)" in md_again
+    assert "reused from an earlier run" not in md
+
 
 @pytest.mark.parametrize(("old", "new", "message"), [
     ("candidates: [weighted-priority, sjf]", "candidates: [weighted-priority, shortest]", "unknown policy 'shortest'"),
