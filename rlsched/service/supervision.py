@@ -242,7 +242,8 @@ class Supervisor:
                     rc = self.executor.poll(h) if h is not None else None
                     if h is not None and rc is None:
                         self.recovered["adopted"] += 1
-                        LOG.info("adopted job %s (pid %s)", rec.id, h.pid)
+                        LOG.info("adopted job %s (%s)", rec.id,
+                                 f"pid {h.pid}" if h.pid > 0 else "pid unknown: its node is silent")
                         if rec.state is JobState.PREEMPTED or rec.cancel_requested:
                             self.ensure_stopping(rec, h)
                         continue

@@ -321,6 +321,10 @@ class SelectorParams:
     label_horizon_s: float = 86400.0
     label_temperature: float = 0.02
     label_epochs: int = 30
+    #: DAgger: after the warm start, this many rounds of labelling ``label_count`` more states along the
+    #: *cloned policy's own* trajectories (not the label winners'), adding them and cloning again - the
+    #: states a policy reaches by its own mistakes are the ones the first labels never showed it
+    label_rounds: int = 0
 
 
 #: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
@@ -602,7 +606,7 @@ def _selector(d: Any) -> SelectorParams | None:
             make_policy(n)
         except RlschedError as exc:
             raise ExperimentError(f"selector.candidates: {exc}") from None
-    ints = ("episode_jobs", "label_count", "label_every", "label_epochs")
+    ints = ("episode_jobs", "label_count", "label_every", "label_epochs", "label_rounds")
     floats = ("hold_s", "label_horizon_s", "label_temperature")
     try:
         num: dict[str, Any] = {k: int(d.get(k, getattr(SelectorParams, k))) for k in ints}
@@ -612,8 +616,9 @@ def _selector(d: Any) -> SelectorParams | None:
     if not num["hold_s"] > 0 or num["episode_jobs"] < 2:
         raise ExperimentError(f"selector: hold_s must be > 0 and episode_jobs >= 2, got {num['hold_s']:g} / "
                               f"{num['episode_jobs']}")
-    if num["label_count"] < 0 or num["label_every"] < 1 or num["label_epochs"] < 1:
-        raise ExperimentError("selector: label_count must be >= 0, label_every and label_epochs >= 1")
+    if num["label_count"] < 0 or num["label_every"] < 1 or num["label_epochs"] < 1 or num["label_rounds"] < 0:
+        raise ExperimentError("selector: label_count must be >= 0, label_rounds >= 0, label_every and "
+                              "label_epochs >= 1")
     if not (num["label_horizon_s"] >= num["hold_s"] and num["label_temperature"] > 0):
         raise ExperimentError(f"selector: label_horizon_s must be >= hold_s and label_temperature > 0, got "
                               f"{num['label_horizon_s']:g} / {num['label_temperature']:g}")

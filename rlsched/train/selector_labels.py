@@ -46,6 +46,10 @@ class SelectorLabels:
     wins: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
 
+    def __add__(self, other: SelectorLabels) -> SelectorLabels:
+        return SelectorLabels(np.concatenate([self.obs, other.obs]), np.concatenate([self.costs, other.costs]),
+                              self.wins + other.wins, self.wall_s + other.wall_s)
+
     def targets(self, temperature: float) -> np.ndarray:
         """Soft targets: ``softmax(-(cost - min) / (temperature x min))`` per state (ties share the mass)."""
         best = self.costs.min(axis=1, keepdims=True)
@@ -75,9 +79,13 @@ def rollout_cost(env: SelectorEnv, action: int, horizon_s: float) -> float:
 
 
 def collect_labels(scenarios: Sequence[Scenario], params: SelectorParams, seed: int,
-                   log: Callable[[str], None] = print) -> SelectorLabels:
+                   log: Callable[[str], None] = print,
+                   follow: Callable[[np.ndarray], int] | None = None) -> SelectorLabels:
     """``params.label_count`` labelled states along the labelled policy's trajectories (a label every
-    ``params.label_every`` choices, each candidate rolled ``params.label_horizon_s`` ahead)."""
+    ``params.label_every`` choices, each candidate rolled ``params.label_horizon_s`` ahead).
+
+    ``follow`` (observation -> candidate) makes the trajectories a given policy's instead of the label
+    winners' (DAgger: the states a cloned policy reaches by its own choices)."""
     candidates, count, every = params.candidates, params.label_count, params.label_every
     horizon_s = params.label_horizon_s
     env = SelectorEnv(scenarios, candidates, hold_s=params.hold_s, episode_jobs=params.episode_jobs)
@@ -96,6 +104,8 @@ def collect_labels(scenarios: Sequence[Scenario], params: SelectorParams, seed: 
             wins[candidates[current]] += 1
             if len(rows) % 250 == 0:
                 log(f"  {len(rows):,}/{count:,} labelled states ({time.perf_counter() - t0:.0f} s)")
+        if follow is not None:
+            current = follow(obs)
         obs, _, terminated, truncated, _ = env.step(current)
         step += 1
         if terminated or truncated:

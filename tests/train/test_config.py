@@ -30,7 +30,8 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias", "selector-named"):
+    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias", "selector-named",
+                 "selector-dagger"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
     # the two folds of the selector recipe leave disjoint generator kinds out, and differ in nothing else
@@ -52,6 +53,12 @@ def test_shipped_experiments_load() -> None:
     assert n.selector == a.selector and n.ppo == a.ppo and n.scenarios == a.scenarios
     assert n.output != a.output and "models" not in Path(n.output).parts
     assert n.mlflow.registered_model != a.mlflow.registered_model
+    # the DAgger ablation is fold A with labelling rounds along the cloned policy's own trajectories
+    d = load_experiment(ROOT / "experiments" / "selector-dagger.yaml")
+    assert d.selector is not None and d.selector.label_rounds >= 1 and a.selector.label_rounds == 0
+    assert replace(d.selector, label_rounds=0) == a.selector
+    assert d.generated == a.generated and d.ppo == a.ppo and d.scenarios == a.scenarios
+    assert d.output != a.output and "models" not in Path(d.output).parts
 
 
 def test_defaults_and_flat_params(tmp_path: Path) -> None:

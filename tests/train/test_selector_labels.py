@@ -92,3 +92,26 @@ def test_collect_labels_labels_only_states_with_a_choice(onprem: Scenario) -> No
     assert (labels.costs > 0).all() and sum(labels.wins.values()) == 6
     # every labelled state had a queue to order (its backlog feature is not zero)
     assert (labels.obs[:, REGIME_FEATURES.index("log_queued_jobs_per_node")] > 0).all()
+
+
+def test_labels_can_follow_a_given_policy_and_add_up(onprem: Scenario) -> None:
+    """DAgger: the labelled trajectory is the given policy's - every step takes its choice, whoever won the label."""
+    params = SelectorParams(tuple(CANDIDATES), hold_s=1800.0, episode_jobs=1_000_000, label_count=4, label_every=2,
+                            label_horizon_s=3600.0)
+    taken: list[int] = []
+
+    def always_weighted_priority(obs: np.ndarray) -> int:
+        assert obs.shape == (len(REGIME_FEATURES),)
+        taken.append(0)
+        return 0
+
+    followed = collect_labels([onprem], params, 0, lambda _: None, follow=always_weighted_priority)
+    own = collect_labels([onprem], params, 0, lambda _: None)
+    assert taken and set(taken) == {0} and followed.obs.shape == own.obs.shape == (4, len(REGIME_FEATURES))
+    assert own.wins["sjf"] >= 1  # the winners' trajectory takes SJF at least once here
+    assert sum(followed.wins.values()) == 4  # the follower's states are labelled with who won there
+    # the first label is taken before any choice, so it is the same state; later ones are the follower's
+    assert np.array_equal(followed.obs[0], own.obs[0]) and not np.array_equal(followed.obs, own.obs)
+    both = own + followed
+    assert both.obs.shape == (8, len(REGIME_FEATURES)) and both.costs.shape == (8, 3)
+    assert both.wins == own.wins + followed.wins and both.wall_s == pytest.approx(own.wall_s + followed.wall_s)

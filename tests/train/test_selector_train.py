@@ -123,6 +123,7 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     ("hold_s: 1800", "hold: 1800", "hold"),
     ("label_horizon_s: 3600", "label_horizon_s: 600", "label_horizon_s must be >= hold_s"),
     ("label_count: 8", "label_count: -1", "label_count must be >= 0"),
+    ("label_count: 8", "label_count: 8, label_rounds: -1", "label_rounds >= 0"),
 ])
 def test_bad_selector_keys_are_one_line_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
     exp = _experiment(tmp_path, "unused", **{old: new})
