@@ -108,6 +108,12 @@ class ExecutorError(Exception):
     """A job could not be launched (bad argv, device list or job id)."""
 
 
+#: The pid of an *unconfirmed* handle: a job recorded running without a pid, on a node that did not answer,
+#: so whether its launch started there is not known yet (the fleet executor hands these out; the service
+#: keeps, records and signals none of them).
+UNKNOWN_PID = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Launched:
     """A job's process as the service stores it (and the handle for poll/stop).
@@ -127,6 +133,12 @@ class Launched:
     log_path: Path
     exit_file: Path
     node: str = ""
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Whether this handle stands for a process not found yet (pid :data:`UNKNOWN_PID`; no pid at or
+        below it names a single process)."""
+        return self.pid <= UNKNOWN_PID
 
 
 def proc_start_time(pid: int) -> int | None:

@@ -91,7 +91,7 @@ class Supervisor:
             h = self._on(rec).adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path)
         else:
             h = self._on(rec).find(rec.id)
-            if h is not None and h.pid <= 0:
+            if h is not None and h.unconfirmed:
                 # its node is silent: whether the launch started there is not known yet, so the job waits
                 # (polls say when the node is lost); the handle is asked for afresh each pass, never kept
                 return h
@@ -109,7 +109,7 @@ class Supervisor:
     def ensure_stopping(self, rec: JobRecord, h: Launched) -> None:
         """SIGTERM once; SIGKILL after ``grace_s`` (never blocks). A handle without a pid (a job on a silent
         node whose launch is unconfirmed) has nothing to signal yet: the grace starts once it is found."""
-        if h.pid <= 0:
+        if h.unconfirmed:
             return
         now = time.monotonic()
         deadline = self._stopping.get(rec.id)
@@ -243,7 +243,7 @@ class Supervisor:
                     if h is not None and rc is None:
                         self.recovered["adopted"] += 1
                         LOG.info("adopted job %s (%s)", rec.id,
-                                 f"pid {h.pid}" if h.pid > 0 else "pid unknown: its node is silent")
+                                 "pid unknown: its node is silent" if h.unconfirmed else f"pid {h.pid}")
                         if rec.state is JobState.PREEMPTED or rec.cancel_requested:
                             self.ensure_stopping(rec, h)
                         continue

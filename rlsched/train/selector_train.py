@@ -213,14 +213,7 @@ def warm_start(model: Any, params: SelectorParams, worlds: list[World], run_dir:
 
 def _greedy(policy: Any) -> Callable[[Any], int]:
     """The SB3 policy's greedy choice for one observation (the labelled trajectories follow it)."""
-    import torch
-
-    def choose(obs: Any) -> int:
-        with torch.no_grad():
-            logits = policy.get_distribution(torch.as_tensor(obs[None], dtype=torch.float32)).distribution.logits
-        return int(logits.argmax(dim=1)[0])
-
-    return choose
+    return lambda obs: int(policy.predict(obs, deterministic=True)[0])
 
 
 def _choices(worlds: list[World], policy: Callable[[], SelectorScheduler]) -> dict[str, dict[str, int]]:

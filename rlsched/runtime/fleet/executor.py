@@ -31,13 +31,13 @@ the agent of the handle's node. What it adds over the local executor:
   :mod:`~rlsched.runtime.fleet.agent`). A launch the previous service still had on its way when it was
   killed can then never start a job its successor has already requeued. Agents found later (a new node, a
   node that answers again) are claimed before their jobs are listed.
-* **A job without a pid on a silent node waits too.** A job the store shows running without a pid (its
-  launch was on its way when the previous service died) whose node does not answer at restart gets an
-  *unconfirmed* handle of pid :data:`UNKNOWN_PID` from :meth:`_NodeJobs.find`, not None: requeueing it at
-  once could run it twice if the launch did start there. Its polls wait like any job of a silent node and
-  return :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` after ``lost_after_s``; when the node answers
-  first, its agent is claimed (so a launch still on its way is refused from then on) and asked for the
-  job, and the service adopts the process it finds, or requeues the job if there is none.
+* **A job without a pid on a silent node waits too.** A job the store shows running without a pid (its launch
+  was on its way when the previous service died) whose node does not answer at restart gets an *unconfirmed*
+  handle (pid :data:`~rlsched.runtime.executor.UNKNOWN_PID`) from :meth:`_NodeJobs.find`, not None: requeueing
+  it at once could run it twice if the launch did start there. Its polls wait like any job of a silent node
+  and return :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` after ``lost_after_s``; when the node answers
+  first, its agent is claimed (so a launch still on its way is refused from then on) and asked for the job,
+  and the service adopts the process it finds, or requeues the job if there is none.
 """
 
 from __future__ import annotations
@@ -54,7 +54,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlsched.posix import atomic_write
-from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST, ExecutorError, Launched, open_private, private_dir
+from rlsched.runtime.executor import (
+    EXIT_LOST,
+    EXIT_NODE_LOST,
+    UNKNOWN_PID,
+    ExecutorError,
+    Launched,
+    open_private,
+    private_dir,
+)
 from rlsched.runtime.fleet.agent import LOG_CHUNK, JobLaunch
 from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable
 from rlsched.runtime.fleet.lease import LEASE_TTL_S, ServiceLease
@@ -72,8 +80,6 @@ SNAPSHOT_S = 0.2
 #: What one round of ``jobs()`` calls found: node -> job id -> {(pid, start time)} alive there; a node is
 #: present only if its agent answered.
 Snapshot = dict[str, dict[str, set[tuple[int, int]]]]
-#: The pid of an unconfirmed handle: a job without a pid on a node that did not answer (see the module doc).
-UNKNOWN_PID = 0
 #: Seconds gang members get between SIGTERM and SIGKILL once their leader ended.
 GANG_GRACE_S = 10.0
 _OFFSETS = ".remote-log-offsets.json"
@@ -331,7 +337,7 @@ class RayExecutor:
         return self._gang_end(job, rc, still)
 
     def _poll_leader(self, job: Launched, snap: Snapshot) -> int | None:
-        if job.pid == UNKNOWN_PID:
+        if job.unconfirmed:
             return self._poll_unconfirmed(job, snap)
         if job.node not in snap:
             # its agent did not answer this round's jobs() (or there is none): no call per job, which
@@ -595,9 +601,9 @@ class _NodeJobs:
         return None if h is None else self.parent.track(h)
 
     def find(self, job_id: str) -> Launched | None:
-        """The job's live process on this node; on a silent node an unconfirmed handle of pid
-        :data:`UNKNOWN_PID` (whether it runs there is not known yet: see the module doc). A node already
-        known to be silent is not called again: each call would wait out the call timeout."""
+        """The job's live process on this node; on a silent node an unconfirmed handle (pid
+        :data:`~rlsched.runtime.executor.UNKNOWN_PID`: whether it runs there is not known yet, see the module
+        doc). A node already known to be silent is not called again: each call would wait out the call timeout."""
         unconfirmed = Launched(job_id, UNKNOWN_PID, 0, self.log_dir / f"{job_id}.log", Path(""), self.node)
         if self.parent.is_silent(self.node):
             return unconfirmed

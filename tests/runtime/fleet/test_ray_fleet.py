@@ -518,9 +518,8 @@ def test_an_unconfirmed_handle_waits_while_its_node_is_silent_and_resolves_when_
         ray_fleet: RayFleet, tmp_path: Path) -> None:
     # The executor's side of the test above: a pid-less job's handle on a silent node, a running job's
     # (adopted once the node answers) and a never-started job's (EXIT_LOST then: the service requeues it).
-    from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST
+    from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST, UNKNOWN_PID
     from rlsched.runtime.fleet.backend import RayBackend
-    from rlsched.runtime.fleet.executor import UNKNOWN_PID
 
     host = ray_fleet.hosts["c"]
     backend = RayBackend(ray_fleet.address)
@@ -534,7 +533,7 @@ def test_an_unconfirmed_handle_waits_while_its_node_is_silent_and_resolves_when_
         try:
             started, never = ex.on(host).find("j-ran"), ex.on(host).find("j-never")
             assert started is not None and never is not None
-            assert started.pid == never.pid == UNKNOWN_PID
+            assert started.pid == never.pid == UNKNOWN_PID and started.unconfirmed and never.unconfirmed
             assert ex.poll(started) is None and ex.poll(never) is None and ex.is_silent(host)
             again = ex.on(host).find("j-ran")  # a node known to be silent is not called again
             assert again is not None and again.pid == UNKNOWN_PID
