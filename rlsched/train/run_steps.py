@@ -344,8 +344,9 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
                                                 "max_jobs": exp.gate.max_jobs}}
     checks = family_checks(report.summaries, report.exposure)
     passed = all(ok for ok, _ in checks)
-    lines = [f"### Workload families ({exp.gate.windows} windows each, at most {exp.gate.max_jobs:,} jobs; "
-             f"mean of per-window ratios)", "", family_table(report), "",
+    # a trace family may have fewer windows than asked (those the model saw are never cut): say "up to"
+    lines = [f"### Workload families (up to {exp.gate.windows} windows each, at most {exp.gate.max_jobs:,} jobs; "
+             f"mean of per-window ratios; 95% bootstrap interval)", "", family_table(report), "",
              *(f"- {line}" for line in verdict(report.summaries, report.exposure)),
              f"- promotion gate: {'PASS' if passed else 'FAIL'}"
              + ("" if passed else " (" + "; ".join(t for ok, t in checks if not ok) + ")")]
