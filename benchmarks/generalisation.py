@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlsched.train.families import family_key, is_spot_model, resolve
     from rlsched.train.generalisation import (
         SPOT_CAPTION,
+        choice_lines,
         evaluate_families,
         family_checks,
         family_table,
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{SPOT_CAPTION}")
     for k, why in report.skipped.items():
         print(f"\n{k}: {why}")
+    chosen = choice_lines(report, order)
+    if chosen:
+        print("\nThe selector's choices (share of its hourly choices over each family's windows):\n")
+        print("\n".join(f"- {line}" for line in chosen))
     if args.per_window:
         if report.windows:
             print()

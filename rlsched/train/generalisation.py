@@ -84,6 +84,8 @@ class FamilyReport:
             families; metrics :data:`SPOT_METRICS`).
         skipped: ``{family: why it has no window}``.
         wall_s: seconds the replays took.
+        choices: ``{family: {heuristic: choices}}`` - what a selector candidate chose, summed over the
+            family's windows (empty for any other candidate): where it loses, which heuristic it trusted.
     """
 
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -92,6 +94,7 @@ class FamilyReport:
     skipped: dict[str, str] = field(default_factory=dict)
     wall_s: float = 0.0
     spot_windows: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
+    choices: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def is_spot(self, family: str) -> bool:
         """Whether ``family`` is judged on money and deadlines (it has spot windows, or a skipped
@@ -103,6 +106,8 @@ class FamilyReport:
                "skipped": self.skipped, "wall_s": self.wall_s}
         if self.spot_windows:
             out["spot_windows"] = self.spot_windows
+        if self.choices:
+            out["choices"] = self.choices
         return out
 
 
@@ -125,22 +130,27 @@ def _model() -> Any:
     return _MODEL
 
 
-def _run(task: tuple[int, str, bool]) -> tuple[int, str, float | dict[str, float]]:
-    """Replay world ``i`` under one competitor (runs in worker processes too).
+#: What one replay gives: its mean JCT (a spot world: its :data:`SPOT_METRICS`), and how often a
+#: selector candidate chose each of its heuristics (empty for everyone else).
+Replayed = tuple[float | dict[str, float], dict[str, int]]
 
-    Returns its mean JCT, or for a spot world (``task[2]``) its :data:`SPOT_METRICS`.
-    """
+
+def _run(task: tuple[int, str, bool]) -> tuple[int, str, float | dict[str, float], dict[str, int]]:
+    """Replay world ``i`` under one competitor (runs in worker processes too): ``(i, name, *Replayed)``."""
     i, name, spot = task
-    return i, name, _replay(_WORLDS[i], name, spot, _model)
+    return (i, name, *_replay(_WORLDS[i], name, spot, _model))
 
 
-def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> float | dict[str, float]:
+def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> Replayed:
     """Replay ``world`` under competitor ``name`` (``model`` gives the candidate, asked only when needed)."""
     from rlsched.policies import make_policy
     from rlsched.train.evaluate import run_world
 
+    choices: dict[str, int] = {}
     if name == CANDIDATE:
-        rep = run_world(world, model().scheduler(CANDIDATE))
+        sched = model().scheduler(CANDIDATE)
+        rep = run_world(world, sched)
+        choices = dict(getattr(sched, "choices", None) or {})  # a selector counts its choices
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
     elif name.endswith(RULED):
@@ -151,17 +161,17 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> floa
         rep = run_world(world, make_policy(name))
     result = rep.result()
     if spot:
-        return {k: float(result[k]) for k in SPOT_METRICS}
-    return float(result["mean_jct_s"])
+        return {k: float(result[k]) for k in SPOT_METRICS}, choices
+    return float(result["mean_jct_s"]), choices
 
 
-def _ray_replay(world: Any, name: str, spot: bool, model: Any) -> float | dict[str, float]:
+def _ray_replay(world: Any, name: str, spot: bool, model: Any) -> Replayed:
     """:func:`_replay` as a Ray task: the world and the loaded candidate come from the object store."""
     return _replay(world, name, spot, lambda: model)
 
 
 def _run_on_ray(address: str, worlds: list[Any], tasks: list[tuple[int, str, bool]], model: Any,
-                done: Callable[[int, str, float | dict[str, float]], None]) -> None:
+                done: Callable[[int, str, float | dict[str, float], dict[str, int]], None]) -> None:
     """Every task as a Ray task on the cluster at ``address``; ``done`` gets each result as it arrives.
 
     Each world and the candidate go to the object store once; the candidate travels loaded (not as
@@ -187,7 +197,7 @@ def _run_on_ray(address: str, worlds: list[Any], tasks: list[tuple[int, str, boo
                 lines = [ln for ln in str(cause).strip().splitlines() if ln.strip()]
                 raise FamilyError(f"replay of {worlds[i].label} under {n} failed on Ray: "
                                   f"{lines[-1] if lines else type(cause).__name__}") from None
-            done(i, n, result)
+            done(i, n, *result)
     finally:
         for ref in pending:  # only tasks not yet collected (none unless a replay failed)
             ray.cancel(ref)
@@ -261,27 +271,35 @@ def evaluate_families(
                       if spot_of[i] else w for i, w in enumerate(worlds)]
     tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled)]
     t0 = time.perf_counter()
-    results = _replay_all(worlds, tasks, model_ref, processes=processes, ray=ray, progress=progress)
+    results, choices = _replay_all(worlds, tasks, model_ref, processes=processes, ray=ray, progress=progress)
     report.wall_s = time.perf_counter() - t0
     for i, w in enumerate(worlds):
         target: dict[str, Any] = report.spot_windows if spot_of[i] else report.windows
         target.setdefault(fam_of[i], {})[w.label] = results[i]
+        for heuristic, count in choices.get(i, {}).items():
+            fam = report.choices.setdefault(fam_of[i], {})
+            fam[heuristic] = fam.get(heuristic, 0) + count
     report.summaries = {f: summarise(rows) for f, rows in report.windows.items()}
     report.summaries.update({f: summarise_spot(rows) for f, rows in report.spot_windows.items()})
     return report
 
 
 def _replay_all(worlds: list[Any], tasks: list[tuple[int, str, bool]], model_ref: str | None, *, processes: int,
-                ray: str | None, progress: Callable[[int, int, float], None] | None) -> dict[int, dict[str, Any]]:
-    """Every task's result, ``{world index: {competitor: result}}``: on Ray, in a process pool or here."""
+                ray: str | None, progress: Callable[[int, int, float], None] | None
+                ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, int]]]:
+    """Every task's result, ``{world index: {competitor: result}}``, and the candidate's choices per world
+    (a selector's; ``{world index: {heuristic: count}}``): on Ray, in a process pool or here."""
     results: dict[int, dict[str, Any]] = {}
+    choices: dict[int, dict[str, int]] = {}
     t0 = time.perf_counter()
     finished = 0
 
-    def record(i: int, n: str, r: float | dict[str, float]) -> None:
+    def record(i: int, n: str, r: float | dict[str, float], chosen: dict[str, int]) -> None:
         nonlocal finished
         finished += 1
         results.setdefault(i, {})[n] = r
+        if chosen:
+            choices[i] = chosen
         if progress is not None:
             progress(finished, len(tasks), time.perf_counter() - t0)
 
@@ -289,13 +307,13 @@ def _replay_all(worlds: list[Any], tasks: list[tuple[int, str, bool]], model_ref
         _run_on_ray(ray, worlds, tasks, _model() if model_ref else None, record)
     elif processes > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(processes, initializer=_init, initargs=(worlds, model_ref)) as pool:
-            for i, n, r in pool.map(_run, tasks, chunksize=1):
-                record(i, n, r)
+            for i, n, r, chosen in pool.map(_run, tasks, chunksize=1):
+                record(i, n, r, chosen)
     else:
         _init(worlds, model_ref)
         for task in tasks:
             record(*_run(task))
-    return results
+    return results, choices
 
 
 def summarise(per_window: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -550,6 +568,24 @@ def _interval(summary: dict[str, Any]) -> str:
     if lo is None or hi is None or lo != lo:
         return "-"
     return f"{lo:.3f}-{hi:.3f}"
+
+
+def choice_lines(report: FamilyReport, order: Sequence[str] | None = None) -> list[str]:
+    """One line per family saying what a selector candidate chose there (share of its choices), most first.
+
+    A selector's mean JCT equal to one heuristic's says little on its own; its choices say whether it
+    trusted that heuristic throughout or switched and came out even.
+    """
+    lines = []
+    for fam in order or list(report.exposure):
+        chosen = report.choices.get(fam)
+        if not chosen:
+            continue
+        total = sum(chosen.values())
+        parts = [f"{h} {c / total:.0%}" if c / total >= 0.005 else f"{h} <1%"
+                 for h, c in sorted(chosen.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines.append(f"{fam}: {', '.join(parts)} of {total:,} choices")
+    return lines
 
 
 #: Caption of :func:`spot_table` (what "best" means there).

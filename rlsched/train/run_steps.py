@@ -330,7 +330,13 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
     """Judge the saved policy on the gate's workload families (replays as Ray tasks with ``ray``); store the
     result in ``card``; its markdown."""
     from rlsched.train.families import resolve
-    from rlsched.train.generalisation import evaluate_families, family_checks, family_table, verdict
+    from rlsched.train.generalisation import (
+        choice_lines,
+        evaluate_families,
+        family_checks,
+        family_table,
+        verdict,
+    )
 
     assert exp.gate is not None
     fams = resolve(list(exp.gate.families))
@@ -340,6 +346,7 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
                                ray=ray)
     card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,
                                    "skipped": report.skipped, "windows": report.windows,
+                                   "choices": report.choices,
                                    "settings": {"families": list(exp.gate.families), "windows": exp.gate.windows,
                                                 "max_jobs": exp.gate.max_jobs}}
     checks = family_checks(report.summaries, report.exposure)
@@ -350,6 +357,10 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
              *(f"- {line}" for line in verdict(report.summaries, report.exposure)),
              f"- promotion gate: {'PASS' if passed else 'FAIL'}"
              + ("" if passed else " (" + "; ".join(t for ok, t in checks if not ok) + ")")]
+    chosen = choice_lines(report)
+    if chosen:
+        lines += ["", "The selector's choices (share of its hourly choices over each family's windows):", "",
+                  *(f"- {line}" for line in chosen)]
     text = "\n".join(lines)
     log(text)
     return text

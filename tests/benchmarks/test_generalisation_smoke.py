@@ -39,6 +39,13 @@ def test_a_row_per_family_with_the_best_heuristic_and_a_verdict(run_benchmark: C
         ratios = [row["model"] / row[s["best"]] for row in windows.values()]
         assert abs(s["model_vs_best"] - sum(ratios) / len(ratios)) < 1e-9  # a mean of per-window ratios
         assert rows[fam][3] == s["best"]
+        lo, hi = s["model_vs_best_lo"], s["model_vs_best_hi"]  # the bootstrap interval brackets the mean
+        assert lo <= s["model_vs_best"] + 1e-12 and s["model_vs_best"] <= hi + 1e-12
+        # the selector's hourly choices, summed over the windows, are reported and printed per family
+        chosen = data["choices"][fam]
+        assert set(chosen) <= {"weighted-priority", "sjf", "fair-share", "best-fit"} and sum(chosen.values()) >= 2
+        assert any(line.startswith(f"- {fam}: ") and line.endswith(f"of {sum(chosen.values()):,} choices")
+                   for line in proc.stdout.splitlines())
     assert "model <= 1.00x best heuristic on every unseen family:" in proc.stdout
     assert "Command: `python benchmarks/generalisation.py --model" in proc.stdout
 

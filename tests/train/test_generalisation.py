@@ -72,3 +72,13 @@ def test_the_table_shows_the_interval() -> None:
     table = family_table(FamilyReport({"gen-a": s}, {"gen-a": "unseen"}))
     assert "| 95% interval |" in table.splitlines()[0]
     assert f"| {s['model_vs_best_lo']:.3f}-{s['model_vs_best_hi']:.3f} |" in table.splitlines()[2]
+
+
+def test_choice_lines_give_each_family_its_shares_most_first() -> None:
+    from rlsched.train.generalisation import FamilyReport, choice_lines
+
+    report = FamilyReport(exposure={"gen-a": "unseen", "gen-b": "unseen", "gen-c": "trained"},
+                          choices={"gen-a": {"best-fit": 22, "sjf": 78}, "gen-c": {"sjf": 998, "fair-share": 2}})
+    assert choice_lines(report) == ["gen-a: sjf 78%, best-fit 22% of 100 choices",
+                                    "gen-c: sjf 100%, fair-share <1% of 1,000 choices"]
+    assert choice_lines(report, ["gen-c", "gen-a"])[0].startswith("gen-c: ")

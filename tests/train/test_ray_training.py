@@ -168,6 +168,11 @@ def test_families_on_ray_equal_the_process_pool(ray_address: str) -> None:
     assert on_ray.windows == pooled.windows and on_ray.summaries == pooled.summaries
     assert "model_vs_best" in on_ray.summaries["gen-tiny-fleet"]
     assert seen == list(range(1, len(seen) + 1)) and len(seen) == 2 * 9  # every replay reported, in order
+    # a selector's choices come back from Ray tasks as from worker processes
+    selector = str(ROOT / "models" / "default")
+    on_ray = evaluate_families(fams, selector, windows=1, max_jobs=60, ray=ray_address)
+    here = evaluate_families(fams, selector, windows=1, max_jobs=60)
+    assert on_ray.choices == here.choices and sum(on_ray.choices["gen-tiny-fleet"].values()) >= 1
 
 
 def test_final_evaluation_on_ray_equals_local(ray_address: str) -> None:
