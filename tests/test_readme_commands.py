@@ -119,7 +119,7 @@ PLAN: list[tuple[str, Entry]] = [
      Entry("covered", "needs a service's history and a registry", extra="tests/train/test_retrain_e2e.py")),
     (r"rlsched trace generate --list$", Entry("run", "", 60)),
     (r"rlsched trace generate bursty --seed 3 --set load=1\.2 -o bursty\.csv$", Entry("run", "", 60)),
-    (r"python benchmarks/generalisation\.py --model models/default --windows 4 --max-jobs 1500$",
+    (r"python benchmarks/generalisation\.py --model models/default --windows 12 --max-jobs 1500$",
      Entry("run", "the full run takes minutes; one small window of two families shows the command works", 300,
            "--families gen-light,philly-late --windows 1 --max-jobs 200", needs_shared=True)),
     (r"rlsched simulate --trace rlsched/data/traces/philly-3day\.csv --max-jobs 1000 .*ppo:models/spot$",

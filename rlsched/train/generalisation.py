@@ -9,9 +9,9 @@ lowest mean over windows of its ratio to weighted-priority's mean JCT; the candi
 is judged by the mean over windows of ``candidate / best`` (a mean of ratios, so a
 short window counts as much as a long one). A percentile-bootstrap interval over the windows
 (:func:`bootstrap_interval`, the best heuristic re-picked in every resample) says how much of a
-loss or a gain the windows' luck could make: with a dozen windows whose ratios spread from 0.9x to
-1.3x, a mean 3% above the best heuristic may be noise, and the verdict names the families where
-the whole interval lies above 1.00x.
+loss or a gain the windows' luck could make: where per-window ratios spread widely, a mean a few
+percent above the best heuristic may be noise, and the verdict names the families where the whole
+interval lies above parity (BENCHMARKS.md, "Which losses are real").
 
 A candidate served behind rules (deadline guard, consolidation, long-job preemption)
 is compared with every heuristic both bare and behind the *same* rules (``NAME+rules``),
@@ -371,8 +371,8 @@ def bootstrap_interval(per_window: dict[str, dict[str, float]], labels: Sequence
     again (the lowest mean ratio to weighted-priority over that resample), exactly as
     :func:`summarise` picks it. Re-picking matters: the family's best heuristic is chosen on the
     same few windows it is then compared on, so a minimum over several noisy means is optimistic,
-    and an interval that held the pick fixed would hide that. With 4-12 windows whose ratios run
-    from 0.9x to 1.3x, the interval says whether a 1.03x is a loss or the windows' luck.
+    and an interval that held the pick fixed would hide that. With a handful of windows whose ratios
+    spread widely, the interval says whether a small loss is a loss or the windows' luck.
     """
     import numpy as np
 
