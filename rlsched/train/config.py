@@ -273,6 +273,25 @@ class GateParams:
 
 
 @dataclass(frozen=True)
+class GeneratedMarketsParams:
+    """Domain randomisation of spot *markets*: training worlds whose market is a
+    :func:`rlsched.market.generator.random_market` draw.
+
+    World ``i`` is training world ``i mod n`` of the experiment's hybrid fleets with one spot
+    and one on-demand pool (its jobs, fleet and forecaster unchanged) under a market drawn with
+    seed ``seed + i`` (below 1000: evaluation windows of spot families use seeds from 1000 up),
+    for that fleet's GPU model. ``exclude`` names market families whose *kind* no draw may have
+    (leave-one-family-out); a draw always has one region (the fleet has one spot pool), so
+    ``mkt-regional`` stays unseen too. The card lists the kinds the draws cover as trained
+    (``market_families``), so the gate judges a model only on the others.
+    """
+
+    count: int = 12
+    seed: int = 0
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GeneratedParams:
     """Domain randomisation: training worlds drawn from :func:`rlsched.workload.generator.random_family`.
 
@@ -377,6 +396,7 @@ class Experiment:
     mig_resplit: MigResplitParams | None = None
     gate: GateParams | None = field(default_factory=GateParams)
     generated: GeneratedParams | None = None
+    generated_markets: GeneratedMarketsParams | None = None
     #: a heuristic selector instead of the per-slot network (None: the per-slot network)
     selector: SelectorParams | None = None
     #: warm start: the weights of this model folder or ``models:/`` version (see rlsched.train.warm_start)
@@ -581,6 +601,29 @@ def _generated(d: Any) -> GeneratedParams | None:
     if g.count < 1 or g.jobs < 2 or g.seed < 0 or g.seed + g.count > 1000:
         raise ExperimentError(f"generated: count >= 1, jobs >= 2 and seed + count <= 1000 (evaluation seeds start "
                               f"at 1000), got count {g.count}, jobs {g.jobs}, seed {g.seed}")
+    return g
+
+
+def _generated_markets(d: Any) -> GeneratedMarketsParams | None:
+    """``generated_markets:`` - absent: no generated markets; a mapping: checked."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ExperimentError(f"generated_markets: expected a mapping, got {d!r}")
+    _keys("generated_markets", d, _names(GeneratedMarketsParams))
+    exclude = d.get("exclude", ())
+    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
+        raise ExperimentError(f"generated_markets.exclude: a list of market family names, got {exclude!r}")
+    g = GeneratedMarketsParams(int(d.get("count", 12)), int(d.get("seed", 0)), tuple(str(x) for x in exclude))
+    from rlsched.market.generator import MARKET_FAMILIES
+
+    unknown = [x for x in g.exclude if x not in MARKET_FAMILIES]
+    if unknown:
+        raise ExperimentError(f"generated_markets.exclude: unknown market family {unknown[0]!r}; "
+                              f"known: {', '.join(MARKET_FAMILIES)}")
+    if g.count < 1 or g.seed < 0 or g.seed + g.count > 1000:
+        raise ExperimentError(f"generated_markets: count >= 1 and seed + count <= 1000 (evaluation seeds start at "
+                              f"1000), got count {g.count}, seed {g.seed}")
     return g
 
 
@@ -814,6 +857,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
         gate=_gate(data.get("gate")), generated=_generated(data.get("generated")),
+        generated_markets=_generated_markets(data.get("generated_markets")),
         selector=_selector(data.get("selector")),
         init_from=_init_from(data.get("init_from"), base), output=out, source=str(path),
     )

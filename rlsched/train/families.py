@@ -23,6 +23,7 @@ verdict (leave-one-family-out).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -619,6 +620,56 @@ def named_family_training_worlds(names: Sequence[str], count: int, jobs: int, se
         for w in GeneratorFamily(name, "").windows(count, jobs, seed0=seed):
             out.append(replace(w, label=f"generated/{w.label}/train"))
     return out
+
+
+def generated_market_training_worlds(base: Sequence[World], count: int, seed: int = 0,
+                                     exclude: Sequence[str] = ()) -> list[World]:
+    """Domain randomisation of markets: ``count`` copies of hybrid training worlds under drawn markets.
+
+    Candidates are the worlds of ``base`` whose fleet is one elastic spot pool and one on-demand
+    pool; the ``count`` worlds are spread evenly over them (jobs, fleet, simulator seed and
+    forecaster unchanged) under :func:`~rlsched.market.generator.random_market` drawn with seed ``seed + i``
+    (``exclude``'s kinds left out, one region: the fleet has one spot pool), generated for the
+    spot pool's GPU model and size. Raises :class:`FamilyError` when ``base`` has no such fleet.
+    """
+    import numpy as np
+
+    from rlsched.cluster.model import PoolKind
+    from rlsched.market.generator import generate_market, random_market, with_market_overrides
+
+    def spot_pool(w: World) -> Any:
+        pools = w.scenario.pools
+        kinds = sorted(p.kind.value for p in pools)
+        if kinds != sorted((PoolKind.SPOT.value, PoolKind.ONDEMAND.value)):
+            return None
+        return next(p for p in pools if p.kind is PoolKind.SPOT)
+
+    candidates = [(w, sp) for w in base if (sp := spot_pool(w)) is not None]
+    if not candidates:
+        raise FamilyError("generated_markets: no training world has a hybrid fleet of one spot and one on-demand "
+                          "pool to put a generated market under")
+    worlds = []
+    n = len(candidates)
+    for i in range(count):
+        w, sp = candidates[i * n // count if count < n else i % n]  # spread over the fleets and GPU models
+        s = seed + i
+        spec = random_market(np.random.default_rng([s, 0x4D4B]), name=f"random-market{s}", exclude=exclude)
+        spec = with_market_overrides(spec, regions=1, region_spread=0.0)
+        market = generate_market(spec, s, gpu_model=sp.model.name, spot_nodes=sp.max_nodes).market()
+        market.check_pools(w.scenario.pools)
+        sc = replace(w.scenario, market=market, name=f"{w.scenario.name}[{spec.name}]",
+                     source=f"{w.scenario.source}|{spec.name}")
+        label = re.sub(r"@market\+[^@/]*", "", w.label.removesuffix("/train"))  # the real market's offset is moot
+        worlds.append(replace(w, label=f"{label}@{spec.name}[spot {spec.spot_ratio:.2f}]/train", scenario=sc))
+    return worlds
+
+
+def trained_market_families(exclude: Sequence[str]) -> list[str]:
+    """The market families whose kind :func:`generated_market_training_worlds` covers with ``exclude`` left out
+    (never ``mkt-regional``: every draw has one region)."""
+    from rlsched.market.generator import MARKET_FAMILIES
+
+    return [name for name in MARKET_FAMILIES if name not in set(exclude) | {"mkt-regional"}]
 
 
 def trained_generator_families(exclude: Sequence[str], max_nodes: int = 128, named: Sequence[str] = ()) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 from rlsched.envs.trained_actions import TrainedActions
 from rlsched.train.config import RULE_PARAMS, Experiment
 from rlsched.train.evaluate import ORACLE_BOUND, is_reference, ratio_text
-from rlsched.train.families import trained_generator_families
+from rlsched.train.families import trained_generator_families, trained_market_families
 from rlsched.train.forecast_fit import FORECASTER_FILE
 
 #: how the card names each rule and says where it acts
@@ -66,7 +66,7 @@ class CardFacts:
 
 def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
     """The card (``card.json``) of a policy trained by ``exp``."""
-    gen = exp.generated
+    gen, gm = exp.generated, exp.generated_markets
     ev, ho = facts.ev, facts.ho
     return {
         "name": exp.name,
@@ -83,6 +83,9 @@ def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
         "generated": {"count": gen.count, "jobs": gen.jobs, "seed": gen.seed, "exclude": list(gen.exclude),
                       "max_nodes": gen.max_nodes, "families": list(gen.families), "family_count": gen.family_count}
         if gen else None,
+        # the market kinds domain randomisation covered: spot families on them count as trained
+        "market_families": trained_market_families(gm.exclude) if gm else [],
+        "generated_markets": {"count": gm.count, "seed": gm.seed, "exclude": list(gm.exclude)} if gm else None,
         "steps": facts.steps,
         "seed": exp.seed,
         "wall_s": round(facts.wall_s, 1),

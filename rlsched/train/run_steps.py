@@ -26,7 +26,12 @@ from rlsched.envs.trained_actions import TrainedActions
 from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment
 from rlsched.train.evaluate import comparison_markdown, evaluate
-from rlsched.train.families import generated_training_worlds, named_family_training_worlds
+from rlsched.train.families import (
+    generated_market_training_worlds,
+    generated_training_worlds,
+    named_family_training_worlds,
+    trained_market_families,
+)
 from rlsched.train.forecast_fit import attach, error_markdown, error_metrics, fit_forecasters, forecast_error
 from rlsched.train.model_card import forecast_card, git_commit
 from rlsched.train.worlds import World, evaluation_worlds, training_worlds
@@ -215,6 +220,13 @@ def prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> Worlds:
         holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
         log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
             f"training windows of {', '.join(fitted)}")
+    gm = exp.generated_markets
+    if gm is not None:
+        # the same jobs, fleets and forecasters as the hybrid training worlds, under drawn markets
+        market_worlds = generated_market_training_worlds(worlds, gm.count, gm.seed, gm.exclude)
+        log(f"{len(market_worlds)} training worlds under generated markets (covering "
+            f"{', '.join(trained_market_families(gm.exclude)) or 'no documented kind'})")
+        worlds = worlds + market_worlds
     return Worlds(worlds + gen_worlds, eval_worlds, holdout_worlds, trained_actions, fitted)
 
 

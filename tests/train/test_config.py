@@ -196,6 +196,9 @@ def test_gate_and_generated_keys(tmp_path: Path) -> None:
     assert gen.count == 8 and gen.exclude == ("gang", "bursty") and gen.families == ()
     named = load("generated: {count: 8, exclude: [gang], families: [tiny-fleet, steady], family_count: 3}").generated
     assert named.families == ("tiny-fleet", "steady") and named.family_count == 3
+    assert load("").generated_markets is None
+    gm = load("generated_markets: {count: 6, seed: 3, exclude: [mkt-volatile]}").generated_markets
+    assert (gm.count, gm.seed, gm.exclude) == (6, 3, ("mkt-volatile",))
     for bad, msg in (("gate: {families: [gen-gnag]}", "did you mean 'gen-gang'"),
                      ("gate: {families: gen-gang}", "a non-empty list"),
                      ("gate: {windows: 0}", "windows must be >= 1"),
@@ -207,6 +210,12 @@ def test_gate_and_generated_keys(tmp_path: Path) -> None:
                      ("generated: {exclude: [gang], families: [gang]}", "'gang' is also in generated.exclude"),
                      ("generated: {count: 4, seed: 990, families: [steady], family_count: 20}",
                       r"seed \+ family_count <= 1000"),
-                     ("generated: 3", "expected a mapping")):
+                     ("generated: 3", "expected a mapping"),
+                     ("generated_markets: {exclude: [mkt-volatil]}", "unknown market family 'mkt-volatil'"),
+                     ("generated_markets: {exclude: mkt-volatile}", "a list of market family names"),
+                     ("generated_markets: {count: 0}", r"count >= 1 and seed \+ count <= 1000"),
+                     ("generated_markets: {count: 12, seed: 990}", r"seed \+ count <= 1000"),
+                     ("generated_markets: {cnt: 3}", "cnt"),
+                     ("generated_markets: [1]", "expected a mapping")):
         with pytest.raises(ExperimentError, match=msg):
             load(bad)

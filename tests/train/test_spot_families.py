@@ -129,3 +129,54 @@ def test_a_ruled_spot_model_meets_the_spot_baselines_behind_the_same_rules() -> 
     s = rep.summaries["spot-cheap-stable"]
     assert CANDIDATE in row and "model_misses" in s and set(s["baselines"]) == set(SPOT_BASELINES) | ruled
     assert "| spot-cheap-stable | unseen | 1 |" in spot_table(rep) and "model cost vs OD" in spot_table(rep)
+
+
+def test_generated_market_worlds_keep_the_jobs_and_fleet_under_drawn_markets() -> None:
+    from dataclasses import replace
+
+    from rlsched.train.families import generated_market_training_worlds, trained_market_families
+
+    base = resolve(["spot-cheap-stable"])[0].windows(2, 60)
+    base = [replace(w, label=f"hybrid/{i}/train") for i, w in enumerate(base)]
+    onprem = resolve(["gen-light"])[0].windows(1, 60)[0]
+    worlds = generated_market_training_worlds([onprem, *base], 4, seed=7, exclude=["mkt-volatile"])
+    assert len(worlds) == 4
+    assert [w.label.split("@")[0] for w in worlds] == ["hybrid/0", "hybrid/1", "hybrid/0", "hybrid/1"]
+    for i, w in enumerate(worlds):
+        src = base[0] if w.label.startswith("hybrid/0") else base[1]
+        assert w.scenario.jobs == src.scenario.jobs and w.scenario.pools == src.scenario.pools
+        assert f"@random-market{7 + i}[" in w.label and w.label.endswith("/train")
+        w.scenario.market.check_pools(w.scenario.pools)
+    # every draw is its own market, and the same seed draws the same one again
+    probe = 3600.0 * 5
+    spot = next(p for p in base[0].scenario.pools if p.kind.value == "spot")
+    prices = {round(w.scenario.market.price(spot, probe), 6) for w in worlds}
+    assert len(prices) > 1
+    again = generated_market_training_worlds(base, 4, seed=7, exclude=["mkt-volatile"])
+    assert [w.scenario.market.price(spot, probe) for w in again] == [w.scenario.market.price(spot, probe)
+                                                                      for w in worlds]
+    # only a fleet of one spot and one on-demand pool can take a drawn market
+    with pytest.raises(FamilyError, match="no training world has a hybrid fleet"):
+        generated_market_training_worlds([onprem], 2)
+    assert trained_market_families(["mkt-volatile"]) == ["mkt-cheap-stable", "mkt-expensive",
+                                                         "mkt-correlated-outages", "mkt-long-outages"]
+
+
+def test_a_card_trained_on_generated_markets_counts_their_kinds_as_trained() -> None:
+    from rlsched.envs.trained_actions import TrainedActions
+    from rlsched.train.config import load_experiment
+    from rlsched.train.model_card import CardFacts, build_card
+
+    exp = load_experiment(ROOT / "experiments" / "spot-markets.yaml")
+    assert exp.generated_markets is not None
+    ev = {"summary": {}, "relative": {}, "worlds": []}
+    card = build_card(exp, CardFacts("sig", ["w0"], 1, 1.0, {}, ev, None, TrainedActions.unrestricted("test"), None))
+    assert card["market_families"] == ["mkt-cheap-stable", "mkt-expensive", "mkt-long-outages"]
+    assert card["generated_markets"] == {"count": 12, "seed": 0, "exclude": ["mkt-volatile", "mkt-correlated-outages"]}
+    assert build_card(load_experiment(ROOT / "experiments" / "spot.yaml"),
+                      CardFacts("sig", ["w0"], 1, 1.0, {}, ev, None, TrainedActions.unrestricted("t"), None)
+                      )["market_families"] == []
+    card = {**_card("spot"), "market_families": card["market_families"]}
+    assert exposure(card, resolve(["spot-cheap-stable"])[0])[0] == "trained"
+    assert exposure(card, resolve(["spot-volatile"])[0])[0] == "unseen"
+    assert exposure(card, resolve(["spot-regional"])[0])[0] == "unseen"
