@@ -65,6 +65,7 @@ Relative paths are relative to the experiment file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -277,13 +278,14 @@ class GeneratedMarketsParams:
     """Domain randomisation of spot *markets*: training worlds whose market is a
     :func:`rlsched.market.generator.random_market` draw.
 
-    World ``i`` is training world ``i mod n`` of the experiment's hybrid fleets with one spot
-    and one on-demand pool (its jobs, fleet and forecaster unchanged) under a market drawn with
-    seed ``seed + i`` (below 1000: evaluation windows of spot families use seeds from 1000 up),
-    for that fleet's GPU model. ``exclude`` names market families whose *kind* no draw may have
-    (leave-one-family-out); a draw always has one region (the fleet has one spot pool), so
-    ``mkt-regional`` stays unseen too. The card lists the kinds the draws cover as trained
-    (``market_families``), so the gate judges a model only on the others.
+    The ``count`` worlds are the experiment's training worlds on hybrid fleets of one spot and
+    one on-demand pool, spread evenly over them (jobs, fleet and forecaster unchanged), world
+    ``i`` under a market drawn with seed ``seed + i`` (below 1000: evaluation windows of spot
+    families use seeds from 1000 up), for that fleet's GPU model. ``exclude`` names market
+    families whose *kind* no draw may have (leave-one-family-out); a draw always has one
+    region (the fleet has one spot pool), so ``mkt-regional`` stays unseen too. The card lists
+    the kinds the draws cover as trained (``market_families``), so the gate judges a model
+    only on the others.
     """
 
     count: int = 12
@@ -566,6 +568,18 @@ def _gate(d: Any) -> GateParams | None:
     return g
 
 
+def _family_names(where: str, value: Any, kind: str, unknown_as: str, known: Iterable[str]) -> tuple[str, ...]:
+    """A list of ``kind`` names at ``where``, each one of ``known`` (an unknown one is named as ``unknown_as``)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ExperimentError(f"{where}: a list of {kind} names, got {value!r}")
+    names = tuple(str(x) for x in value)
+    known = list(known)
+    unknown = [x for x in names if x not in known]
+    if unknown:
+        raise ExperimentError(f"{where}: unknown {unknown_as} {unknown[0]!r}; known: {', '.join(known)}")
+    return names
+
+
 def _generated(d: Any) -> GeneratedParams | None:
     """``generated:`` - absent: no generated training worlds; a mapping: checked."""
     if d is None:
@@ -573,21 +587,12 @@ def _generated(d: Any) -> GeneratedParams | None:
     if not isinstance(d, dict):
         raise ExperimentError(f"generated: expected a mapping, got {d!r}")
     _keys("generated", d, _names(GeneratedParams))
-    exclude = d.get("exclude", ())
-    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
-        raise ExperimentError(f"generated.exclude: a list of generator family names, got {exclude!r}")
-    named = d.get("families", ())
-    if isinstance(named, str) or not isinstance(named, (list, tuple)):
-        raise ExperimentError(f"generated.families: a list of generator family names, got {named!r}")
-    g = GeneratedParams(int(d.get("count", 32)), int(d.get("jobs", 400)), int(d.get("seed", 0)),
-                        tuple(str(x) for x in exclude), int(d.get("max_nodes", 128)),
-                        tuple(str(x) for x in named), int(d.get("family_count", 2)))
     from rlsched.workload.generator import FAMILIES
 
-    for key, names in (("exclude", g.exclude), ("families", g.families)):
-        unknown = [x for x in names if x not in FAMILIES]
-        if unknown:
-            raise ExperimentError(f"generated.{key}: unknown family {unknown[0]!r}; known: {', '.join(FAMILIES)}")
+    exclude = _family_names("generated.exclude", d.get("exclude", ()), "generator family", "family", FAMILIES)
+    named = _family_names("generated.families", d.get("families", ()), "generator family", "family", FAMILIES)
+    g = GeneratedParams(int(d.get("count", 32)), int(d.get("jobs", 400)), int(d.get("seed", 0)), exclude,
+                        int(d.get("max_nodes", 128)), named, int(d.get("family_count", 2)))
     both = [x for x in g.families if x in g.exclude]
     if both:
         raise ExperimentError(f"generated.families: {both[0]!r} is also in generated.exclude (a family left out "
@@ -611,16 +616,11 @@ def _generated_markets(d: Any) -> GeneratedMarketsParams | None:
     if not isinstance(d, dict):
         raise ExperimentError(f"generated_markets: expected a mapping, got {d!r}")
     _keys("generated_markets", d, _names(GeneratedMarketsParams))
-    exclude = d.get("exclude", ())
-    if isinstance(exclude, str) or not isinstance(exclude, (list, tuple)):
-        raise ExperimentError(f"generated_markets.exclude: a list of market family names, got {exclude!r}")
-    g = GeneratedMarketsParams(int(d.get("count", 12)), int(d.get("seed", 0)), tuple(str(x) for x in exclude))
     from rlsched.market.generator import MARKET_FAMILIES
 
-    unknown = [x for x in g.exclude if x not in MARKET_FAMILIES]
-    if unknown:
-        raise ExperimentError(f"generated_markets.exclude: unknown market family {unknown[0]!r}; "
-                              f"known: {', '.join(MARKET_FAMILIES)}")
+    exclude = _family_names("generated_markets.exclude", d.get("exclude", ()), "market family", "market family",
+                            MARKET_FAMILIES)
+    g = GeneratedMarketsParams(int(d.get("count", 12)), int(d.get("seed", 0)), exclude)
     if g.count < 1 or g.seed < 0 or g.seed + g.count > 1000:
         raise ExperimentError(f"generated_markets: count >= 1 and seed + count <= 1000 (evaluation seeds start at "
                               f"1000), got count {g.count}, seed {g.seed}")

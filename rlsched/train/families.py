@@ -639,9 +639,8 @@ def generated_market_training_worlds(base: Sequence[World], count: int, seed: in
 
     def spot_pool(w: World) -> Any:
         pools = w.scenario.pools
-        kinds = sorted(p.kind.value for p in pools)
-        if kinds != sorted((PoolKind.SPOT.value, PoolKind.ONDEMAND.value)):
-            return None
+        if sorted(p.kind.value for p in pools) != sorted((PoolKind.SPOT.value, PoolKind.ONDEMAND.value)):
+            return None  # not exactly one spot and one on-demand pool
         return next(p for p in pools if p.kind is PoolKind.SPOT)
 
     candidates = [(w, sp) for w in base if (sp := spot_pool(w)) is not None]
