@@ -622,6 +622,28 @@ def named_family_training_worlds(names: Sequence[str], count: int, jobs: int, se
     return out
 
 
+def market_bases(base: Sequence[World]) -> list[tuple[World, Any]]:
+    """The worlds of ``base`` a generated market can go under, each with its spot pool's spec.
+
+    Those whose fleet is exactly one spot and one on-demand pool. Called before a training
+    run fits its forecasters too, so an experiment without such a fleet is refused in a line
+    before minutes of work. Raises :class:`FamilyError` when there is none.
+    """
+    from rlsched.cluster.model import PoolKind
+
+    def spot_pool(w: World) -> Any:
+        pools = w.scenario.pools
+        if sorted(p.kind.value for p in pools) != sorted((PoolKind.SPOT.value, PoolKind.ONDEMAND.value)):
+            return None  # not exactly one spot and one on-demand pool
+        return next(p for p in pools if p.kind is PoolKind.SPOT)
+
+    candidates = [(w, sp) for w in base if (sp := spot_pool(w)) is not None]
+    if not candidates:
+        raise FamilyError("generated_markets: no training world has a hybrid fleet of one spot and one on-demand "
+                          "pool to put a generated market under")
+    return candidates
+
+
 def generated_market_training_worlds(base: Sequence[World], count: int, seed: int = 0,
                                      exclude: Sequence[str] = ()) -> list[World]:
     """Domain randomisation of markets: ``count`` copies of hybrid training worlds under drawn markets.
@@ -634,19 +656,9 @@ def generated_market_training_worlds(base: Sequence[World], count: int, seed: in
     """
     import numpy as np
 
-    from rlsched.cluster.model import PoolKind
     from rlsched.market.generator import generate_market, random_market, with_market_overrides
 
-    def spot_pool(w: World) -> Any:
-        pools = w.scenario.pools
-        if sorted(p.kind.value for p in pools) != sorted((PoolKind.SPOT.value, PoolKind.ONDEMAND.value)):
-            return None  # not exactly one spot and one on-demand pool
-        return next(p for p in pools if p.kind is PoolKind.SPOT)
-
-    candidates = [(w, sp) for w in base if (sp := spot_pool(w)) is not None]
-    if not candidates:
-        raise FamilyError("generated_markets: no training world has a hybrid fleet of one spot and one on-demand "
-                          "pool to put a generated market under")
+    candidates = market_bases(base)
     worlds = []
     n = len(candidates)
     for i in range(count):

@@ -29,6 +29,7 @@ from rlsched.train.evaluate import comparison_markdown, evaluate
 from rlsched.train.families import (
     generated_market_training_worlds,
     generated_training_worlds,
+    market_bases,
     named_family_training_worlds,
     trained_market_families,
 )
@@ -213,6 +214,9 @@ def prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> Worlds:
     log(f"trained actions: {trained_actions.describe()}")
     # The demand forecaster: fitted on the training windows only; every training episode and every
     # evaluation replay (policy and heuristics alike) runs with a fresh copy of it.
+    gm = exp.generated_markets
+    if gm is not None:
+        market_bases(worlds)  # refuse a fleet no market can go under before the forecaster's fit
     fitted = fit_forecasters(exp)
     if fitted:
         worlds = attach(exp, worlds, fitted)
@@ -220,7 +224,6 @@ def prepare_worlds(exp: Experiment, log: Callable[[str], None]) -> Worlds:
         holdout_worlds = attach(exp, holdout_worlds, fitted, holdout=True)
         log(f"demand forecaster {exp.forecast.model} (horizon {exp.forecast.horizon_s:g} s) fitted on the "
             f"training windows of {', '.join(fitted)}")
-    gm = exp.generated_markets
     if gm is not None:
         # the same jobs, fleets and forecasters as the hybrid training worlds, under drawn markets
         market_worlds = generated_market_training_worlds(worlds, gm.count, gm.seed, gm.exclude)

@@ -180,3 +180,22 @@ def test_a_card_trained_on_generated_markets_counts_their_kinds_as_trained() -> 
     assert exposure(card, resolve(["spot-cheap-stable"])[0])[0] == "trained"
     assert exposure(card, resolve(["spot-volatile"])[0])[0] == "unseen"
     assert exposure(card, resolve(["spot-regional"])[0])[0] == "unseen"
+
+
+def test_generated_markets_without_a_hybrid_fleet_are_refused_before_the_forecaster_is_fitted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from rlsched.train import run_steps
+    from rlsched.train.config import load_experiment
+
+    exp = load_experiment(ROOT / "experiments" / "spot-markets.yaml")
+    onprem = load_experiment(ROOT / "experiments" / "selector.yaml")
+    exp = replace(exp, scenarios=onprem.scenarios[:1], holdout=[])
+
+    def no_fit(_exp: object) -> dict[str, object]:
+        raise AssertionError("the forecaster was fitted before the fleet was checked")
+
+    monkeypatch.setattr(run_steps, "fit_forecasters", no_fit)
+    with pytest.raises(FamilyError, match="no training world has a hybrid fleet"):
+        run_steps.prepare_worlds(exp, lambda _: None)
