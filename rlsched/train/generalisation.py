@@ -383,12 +383,53 @@ def bootstrap_interval(per_window: dict[str, dict[str, float]], labels: Sequence
     jct = np.array([[per_window[w][h] for h in heuristics] for w in rows])  # windows x heuristics
     model = np.array([per_window[w][CANDIDATE] for w in rows])
     wp = np.array([per_window[w]["weighted-priority"] for w in rows])
-    idx = np.random.default_rng(0).integers(0, len(rows), size=(BOOTSTRAP_RESAMPLES, len(rows)))
-    best = (jct / wp[:, None])[idx].mean(axis=1).argmin(axis=1)  # the re-picked best, per resample
-    ratios = (model[:, None] / jct)[idx, best[:, None]].mean(axis=1)
+    vs_wp = jct / wp[:, None]
+    return _resampled_interval(model, jct, lambda idx: vs_wp[idx].mean(axis=1).argmin(axis=1), level)
+
+
+def _resampled_interval(model: Any, against: Any, pick: Callable[[Any], Any], level: float) -> tuple[float, float]:
+    """The percentile-bootstrap interval of ``mean(model / against[:, best])`` over resampled windows.
+
+    ``model`` holds the candidate's value per window, ``against`` every competitor's (windows x
+    competitors); ``pick`` maps the resamples' window indices (resamples x windows) to the
+    competitor each resample calls best - the table's own rule applied to the resample.
+    """
+    import numpy as np
+
+    idx = np.random.default_rng(0).integers(0, len(model), size=(BOOTSTRAP_RESAMPLES, len(model)))
+    best = pick(idx)
+    ratios = (model[:, None] / against)[idx, best[:, None]].mean(axis=1)
     tail = (1.0 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def spot_bootstrap_interval(per_window: dict[str, dict[str, dict[str, float]]], labels: Sequence[str],
+                            baselines: Sequence[str], level: float = 0.95) -> tuple[float, float]:
+    """A percentile-bootstrap interval of the candidate's mean cost ratio to a spot family's best baseline.
+
+    As :func:`bootstrap_interval`, with :func:`summarise_spot`'s rule re-applied in every resample:
+    the best baseline is the cheapest (mean cost vs on-demand-only) of those with the fewest deadline
+    misses over the resampled windows. A spot family's cost ratios spread widely from window to window
+    (a market's outages fall in some windows and not others), so a mean over four windows alone cannot
+    say whether a model is dearer than the best baseline or was unlucky.
+    """
+    import numpy as np
+
+    rows = [w for w in labels if per_window[w].get(CANDIDATE, {}).get("cost_usd", 0) > 0
+            and all(per_window[w][b]["cost_usd"] > 0 for b in baselines)]
+    if not rows:
+        return float("nan"), float("nan")
+    cost = np.array([[per_window[w][b]["cost_usd"] for b in baselines] for w in rows])
+    misses = np.array([[per_window[w][b]["deadline_misses"] for b in baselines] for w in rows])
+    od = np.array([per_window[w][ONDEMAND_REFERENCE]["cost_usd"] for w in rows])
+    model = np.array([per_window[w][CANDIDATE]["cost_usd"] for w in rows])
+    vs_od = cost / od[:, None]
+    # fewest misses first, then cheapest: misses are whole numbers, so a step larger than any mean
+    # cost ratio keeps the order lexicographic
+    step = float(vs_od.max()) + 1.0
+    return _resampled_interval(
+        model, cost, lambda idx: (misses[idx].sum(axis=1) * step + vs_od[idx].mean(axis=1)).argmin(axis=1), level)
 
 
 def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
@@ -398,7 +439,8 @@ def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[s
     misses, lost_gpu_h}}``), ``best`` (the cheapest of the baselines with the fewest
     misses) with ``best_cost_vs_od`` / ``best_misses`` / ``best_lost_gpu_h``, ``cheapest``
     with ``cheapest_cost_vs_od``; with a candidate ``model_cost_vs_od``,
-    ``model_cost_vs_best`` (mean of per-window ratios) with its ``_min`` / ``_max``,
+    ``model_cost_vs_best`` (mean of per-window ratios) with its ``_min`` / ``_max`` and its 95%
+    interval ``_lo`` / ``_hi`` (:func:`spot_bootstrap_interval`),
     ``model_cost_vs_cheapest``, ``model_misses``, ``model_lost_gpu_h``, ``model_jct_vs_best``
     and ``model_no_more_misses`` (windows where it missed no more than the best baseline).
     """
@@ -432,6 +474,8 @@ def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[s
         out.update({
             "model_cost_vs_od": mine["cost_vs_od"], "model_cost_vs_best": statistics.fmean(vs_best),
             "model_cost_vs_best_min": min(vs_best), "model_cost_vs_best_max": max(vs_best),
+            **dict(zip(("model_cost_vs_best_lo", "model_cost_vs_best_hi"),
+                       spot_bootstrap_interval(per_window, labels, list(base)), strict=True)),
             "model_cost_vs_cheapest": statistics.fmean(ratios(CANDIDATE, cheapest)),
             "model_misses": mine["misses"], "model_lost_gpu_h": mine["lost_gpu_h"],
             "model_jct_vs_best": statistics.fmean(jct) if jct else None,
@@ -562,9 +606,10 @@ def family_table(report: FamilyReport, order: Sequence[str] | None = None) -> st
     return "\n".join(lines)
 
 
-def _interval(summary: dict[str, Any]) -> str:
-    """``lo-hi`` of :func:`bootstrap_interval` (``-`` in a summary written before it existed)."""
-    lo, hi = summary.get("model_vs_best_lo"), summary.get("model_vs_best_hi")
+def _interval(summary: dict[str, Any], key: str = "model_vs_best") -> str:
+    """``lo-hi`` of a bootstrap interval stored as ``KEY_lo`` / ``KEY_hi`` (``-`` in a summary written before
+    it existed)."""
+    lo, hi = summary.get(f"{key}_lo"), summary.get(f"{key}_hi")
     if lo is None or hi is None or lo != lo:
         return "-"
     return f"{lo:.3f}-{hi:.3f}"
@@ -592,8 +637,9 @@ def choice_lines(report: FamilyReport, order: Sequence[str] | None = None) -> li
 SPOT_CAPTION = ("Cost is relative to ondemand-autoscale (on-demand only), a mean of per-window ratios; misses and "
                 "lost GPU-hours are totals over the windows. Best baseline = the cheapest among the baselines with "
                 "the fewest deadline misses (NAME+rules: behind the candidate's rules); cheapest = the cheapest "
-                "baseline regardless of misses. Gate: the candidate fails a family with more misses than the best "
-                "baseline.")
+                "baseline regardless of misses. The 95% interval is a bootstrap over the windows of the model's mean "
+                "cost ratio to the best baseline, picked again in every resample. Gate: the candidate fails a family "
+                "with more misses than the best baseline.")
 
 
 def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
@@ -604,15 +650,16 @@ def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
             "| cheapest baseline (cost vs OD) |")
     rule = "|---|---|---:|---|---:|---:|---:|---|"
     if has_model:
-        head += " model cost vs OD | model cost vs best (range) | model misses | model lost GPU-h | gate |"
-        rule += "---:|---:|---:|---:|---|"
+        head += (" model cost vs OD | model cost vs best (range) | 95% interval | model misses | model lost GPU-h "
+                 "| gate |")
+        rule += "---:|---:|---:|---:|---:|---|"
     lines = [head, rule]
     for k in keys:
         s = report.summaries.get(k)
         if not s or not s.get("windows"):
             why = report.skipped.get(k, "no windows")
             lines.append(f"| {k} | {report.exposure.get(k, '?')} | 0 | {why} | - | - | - | - |"
-                         + (" - | - | - | - | - |" if has_model else ""))
+                         + (" - | - | - | - | - | - |" if has_model else ""))
             continue
         row = (f"| {k} | {report.exposure[k]} | {s['windows']} | {s['best']} | {s['best_cost_vs_od']:.3f} | "
                f"{s['best_misses']} | {s['best_lost_gpu_h']:.1f} | {s['cheapest']} ({s['cheapest_cost_vs_od']:.3f}) |")
@@ -621,10 +668,11 @@ def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
             if report.exposure[k] != "unseen":
                 gate += f" ({report.exposure[k]}: not counted)"
             row += (f" {s['model_cost_vs_od']:.3f} | {s['model_cost_vs_best']:.3f} "
-                    f"({s['model_cost_vs_best_min']:.2f}-{s['model_cost_vs_best_max']:.2f}) | {s['model_misses']} | "
+                    f"({s['model_cost_vs_best_min']:.2f}-{s['model_cost_vs_best_max']:.2f}) | "
+                    f"{_interval(s, 'model_cost_vs_best')} | {s['model_misses']} | "
                     f"{s['model_lost_gpu_h']:.1f} | {gate} |")
         elif has_model:
-            row += " - | - | - | - | - |"
+            row += " - | - | - | - | - | - |"
         lines.append(row)
     return "\n".join(lines)
 

@@ -199,3 +199,38 @@ def test_generated_markets_without_a_hybrid_fleet_are_refused_before_the_forecas
     monkeypatch.setattr(run_steps, "fit_forecasters", no_fit)
     with pytest.raises(FamilyError, match="no training world has a hybrid fleet"):
         run_steps.prepare_worlds(exp, lambda _: None)
+
+
+def _spot_windows(model: list[float], greedy: list[tuple[float, int]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Windows with on-demand-only at 100, spot-fallback at 60 without misses, spot-greedy as given."""
+    return {f"w{i}": {"ondemand-autoscale": _row(100, 0), "spot-fallback": _row(60, 0),
+                      "spot-greedy": _row(g, miss), CANDIDATE: _row(m, 0)}
+            for i, (m, (g, miss)) in enumerate(zip(model, greedy, strict=True))}
+
+
+def test_the_spot_interval_follows_the_windows_spread() -> None:
+    steady = summarise_spot(_spot_windows([66.0] * 6, [(50.0, 1)] * 6))
+    assert steady["best"] == "spot-fallback"
+    assert steady["model_cost_vs_best_lo"] == pytest.approx(1.1) == steady["model_cost_vs_best_hi"]
+    noisy = summarise_spot(_spot_windows([42.0, 90.0, 48.0, 75.0, 54.0, 66.0], [(50.0, 1)] * 6))
+    assert noisy["model_cost_vs_best_lo"] < 1.0 < noisy["model_cost_vs_best"] < noisy["model_cost_vs_best_hi"]
+    assert noisy["model_cost_vs_best_lo"] >= 0.7 and noisy["model_cost_vs_best_hi"] <= 1.5
+
+
+def test_the_spot_interval_re_picks_the_best_baseline_in_every_resample() -> None:
+    # spot-greedy misses a deadline in one window of six: resamples without that window make the cheaper
+    # spot-greedy the best baseline (fewest misses, then cheapest), and the model, at spot-fallback's
+    # cost, is then 1.2x it. Held fixed at spot-fallback the interval would be 1.00-1.00
+    s = summarise_spot(_spot_windows([60.0] * 6, [(50.0, 0)] * 5 + [(50.0, 1)]))
+    assert s["best"] == "spot-fallback" and s["model_cost_vs_best"] == pytest.approx(1.0)
+    assert s["model_cost_vs_best_lo"] == pytest.approx(1.0) and s["model_cost_vs_best_hi"] == pytest.approx(1.2)
+
+
+def test_the_spot_table_shows_the_interval() -> None:
+    from rlsched.train.generalisation import FamilyReport
+
+    s = summarise_spot(_spot_windows([42.0, 90.0, 48.0, 75.0], [(50.0, 1)] * 4))
+    table = spot_table(FamilyReport({"spot-x": s}, {"spot-x": "unseen"})).splitlines()
+    assert "| model cost vs best (range) | 95% interval |" in table[0]
+    assert f"| {s['model_cost_vs_best_lo']:.3f}-{s['model_cost_vs_best_hi']:.3f} |" in table[2]
+    assert table[0].count("|") == table[1].count("|") == table[2].count("|")
