@@ -40,8 +40,10 @@ from rlsched.learned.ppo import ModelError
 
 SELECTOR_FILE = "selector.json"
 CARD_FILE = "card.json"
-#: version of the selector folder format (bumped when the file's meaning changes)
-FORMAT = 1
+#: version of the selector folder format (bumped when the file's meaning changes): 2 adds the safe
+#: default and the margin; a format-1 folder is read as having neither (plain argmax)
+FORMAT = 2
+_READS = (1, 2)
 
 
 class SelectorError(ModelError):
@@ -64,6 +66,9 @@ class SelectorModel:
         layers: ``(weight, bias)`` per layer, tanh between layers, the last one's outputs the logits.
         features: the regime feature names the network reads (must be :data:`REGIME_FEATURES`).
         card: the model card.
+        default: the candidate chosen when the network is unsure (None: always the argmax).
+        margin: how much more probability (softmax of the logits) another candidate must have than
+            ``default`` to be chosen instead; 0 is the plain argmax.
     """
 
     candidates: tuple[str, ...]
@@ -74,6 +79,8 @@ class SelectorModel:
     #: a selector is trained without a forecaster and behind no rules (the loader's common surface)
     forecast: Any = None
     rule_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    default: str | None = None
+    margin: float = 0.0
 
     def __post_init__(self) -> None:
         if self.features != REGIME_FEATURES:
@@ -85,6 +92,10 @@ class SelectorModel:
             raise SelectorError("the network's outputs do not match its candidates")
         if self.layers[0][0].shape[1] != len(self.features):
             raise SelectorError("the network's inputs do not match its features")
+        if self.default is not None and self.default not in self.candidates:
+            raise SelectorError(f"default {self.default!r} is not one of the candidates {list(self.candidates)}")
+        if not 0.0 <= self.margin < 1.0 or (self.margin > 0 and self.default is None):
+            raise SelectorError(f"margin must be in [0, 1) and needs a default, got {self.margin!r} / {self.default!r}")
 
     @property
     def signature(self) -> str:
@@ -102,8 +113,30 @@ class SelectorModel:
         return h
 
     def choose(self, state: ClusterState) -> int:
-        """The candidate's index the network rates highest in ``state``."""
-        return int(np.argmax(self.logits(regime_features(state))))
+        """The candidate's index to schedule with in ``state`` (see :meth:`pick`)."""
+        return self.choose_features(regime_features(state))
+
+    def choose_features(self, x: np.ndarray) -> int:
+        """The candidate's index for one regime feature vector (see :meth:`pick`)."""
+        return self.pick(self.logits(x))
+
+    def pick(self, logits: np.ndarray) -> int:
+        """The network's choice, unless it is unsure: then :attr:`default`.
+
+        Unsure means the rated-best candidate's probability (softmax of the logits) exceeds the
+        default's by less than :attr:`margin`. The network imitates soft labels, so on most
+        states its probabilities are close together, and an argmax between near-equal
+        probabilities is a coin toss - harmless where the candidates tie, ruinous where one of
+        them starts the wrong long jobs on an unfamiliar trace. The default is the candidate
+        whose worst labelled state was mildest (:meth:`~rlsched.train.selector_labels.SelectorLabels.safest`).
+        """
+        best = int(np.argmax(logits))
+        if self.margin <= 0 or self.default is None:
+            return best
+        d = self.candidates.index(self.default)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        return best if p[best] - p[d] >= self.margin else d
 
     def new_rules(self) -> list[Any]:
         """No rules: a selector's heuristics carry their own behaviour."""
@@ -116,7 +149,8 @@ class SelectorModel:
     # ------------------------------------------------------------------ folder
     @classmethod
     def from_sb3(cls, policy: Any, candidates: Sequence[str], hold_s: float,
-                 card: dict[str, Any] | None = None) -> SelectorModel:
+                 card: dict[str, Any] | None = None, *, default: str | None = None,
+                 margin: float = 0.0) -> SelectorModel:
         """Export an SB3 ``MlpPolicy`` (Linear/Tanh policy net, then the action net) to numpy."""
         import torch
 
@@ -127,7 +161,8 @@ class SelectorModel:
             raise SelectorError("only tanh MLP policies can be exported")
         layers = [(m.weight.detach().cpu().numpy().astype(np.float64), m.bias.detach().cpu().numpy().astype(np.float64))
                   for m in linears]
-        return cls(tuple(candidates), float(hold_s), layers, card=dict(card or {}))
+        return cls(tuple(candidates), float(hold_s), layers, card=dict(card or {}), default=default,
+                   margin=float(margin))
 
     def save(self, folder: Path | str) -> Path:
         """Write ``selector.json`` and ``card.json`` into ``folder`` (created)."""
@@ -135,6 +170,7 @@ class SelectorModel:
         out.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "kind": "selector", "candidates": list(self.candidates), "hold_s": self.hold_s,
                "features": list(self.features), "signature": self.signature,
+               "default": self.default, "margin": self.margin,
                "layers": [{"weight": w.tolist(), "bias": b.tolist()} for w, b in self.layers]}
         (out / SELECTOR_FILE).write_text(json.dumps(doc) + "\n")
         (out / CARD_FILE).write_text(json.dumps(self.card, indent=2, default=str) + "\n")
@@ -148,14 +184,17 @@ class SelectorModel:
             raise SelectorError(f"{path}: not found (not a selector model folder)")
         try:
             doc = json.loads(path.read_text())
-            if int(doc.get("format", 0)) != FORMAT:
-                raise SelectorError(f"{path}: format {doc.get('format')!r}, this rlsched reads {FORMAT}")
+            if int(doc.get("format", 0)) not in _READS:
+                raise SelectorError(f"{path}: format {doc.get('format')!r}, this rlsched reads "
+                                    f"{', '.join(map(str, _READS))}")
             layers = [(np.asarray(layer["weight"], dtype=np.float64), np.asarray(layer["bias"], dtype=np.float64))
                       for layer in doc["layers"]]
             card_path = Path(folder) / CARD_FILE
             card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+            default = doc.get("default")
             model = cls(tuple(str(c) for c in doc["candidates"]), float(doc["hold_s"]), layers,
-                        tuple(str(f) for f in doc["features"]), card)
+                        tuple(str(f) for f in doc["features"]), card,
+                        default=None if default is None else str(default), margin=float(doc.get("margin", 0.0)))
         except SelectorError:
             raise
         except (ValueError, KeyError, TypeError, IndexError) as exc:

@@ -56,6 +56,8 @@ An experiment names what to train on and how (keys not listed are errors with a
       label_every: 2                    # (rlsched.train.selector_labels); a label every N choices, each
       label_horizon_s: 86400            # rollout this long, soft targets at this temperature (a fraction
       label_temperature: 0.02           # of the best cost), cloned for label_epochs
+      margin: 0.1                       # optional: where another candidate's probability beats the default's
+      default: auto                     # by less, the default schedules (auto: the labels' safest candidate)
     init_from: models:/rlsched-ppo@champion  # optional warm start: a registered version or a model folder
                                         # (its codec signature must match this experiment's; no cloning)
     output: ../models/scorer            # model folder written at the end
@@ -346,6 +348,11 @@ class SelectorParams:
     #: *cloned policy's own* trajectories (not the label winners'), adding them and cloning again - the
     #: states a policy reaches by its own mistakes are the ones the first labels never showed it
     label_rounds: int = 0
+    #: the candidate chosen where the network is unsure (``auto``: the one whose worst labelled state is
+    #: mildest, :meth:`~rlsched.train.selector_labels.SelectorLabels.safest`) and how much more probability
+    #: another must have to be chosen instead (0: the plain argmax; :meth:`SelectorModel.pick`)
+    default: str = "auto"
+    margin: float = 0.0
 
 
 #: experiment key of each rule (as :data:`rlsched.policies.rules.RULES` names it) -> its parameters'
@@ -665,7 +672,25 @@ def _selector(d: Any) -> SelectorParams | None:
     if not (num["label_horizon_s"] >= num["hold_s"] and num["label_temperature"] > 0):
         raise ExperimentError(f"selector: label_horizon_s must be >= hold_s and label_temperature > 0, got "
                               f"{num['label_horizon_s']:g} / {num['label_temperature']:g}")
-    return SelectorParams(names, **num)
+    default, margin = _selector_default(d, names, num["label_count"])
+    return SelectorParams(names, **num, default=default, margin=margin)
+
+
+def _selector_default(d: dict[str, Any], names: tuple[str, ...], label_count: int) -> tuple[str, float]:
+    """``selector.default`` and ``selector.margin``, checked."""
+    default = str(d.get("default", SelectorParams.default))
+    if default != "auto" and default not in names:
+        raise ExperimentError(f"selector.default: 'auto' or one of the candidates {list(names)}, got {default!r}")
+    try:
+        margin = float(d.get("margin", SelectorParams.margin))
+    except (TypeError, ValueError):
+        raise ExperimentError(f"selector.margin: a number in [0, 1), got {d.get('margin')!r}") from None
+    if not 0.0 <= margin < 1.0:
+        raise ExperimentError(f"selector.margin: a number in [0, 1), got {margin:g}")
+    if margin > 0 and default == "auto" and label_count == 0:
+        raise ExperimentError("selector.default: 'auto' picks the default from the labels; with label_count 0 "
+                              "name a candidate")
+    return default, margin
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -174,6 +174,7 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
+        *_unsure_line(card),
         *([f"- {_ACTIONS_LINE['selector' if card.get('selector') else 'slots']}: "
            f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
         *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
@@ -192,6 +193,15 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         table,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _unsure_line(card: dict[str, Any]) -> list[str]:
+    """A selector's safe default for unsure choices, when it has one (the card line, or none)."""
+    sel = card.get("selector") or {}
+    if not sel.get("default"):
+        return []
+    return [f"- unsure choices go to {sel['default']}, the labels' safest candidate: another is chosen only with "
+            f"{sel['margin']:g} more probability (`selector.json`)"]
 
 
 def _reused_labels(card: dict[str, Any]) -> str:

@@ -121,7 +121,7 @@ def predict_selections(model: SelectorModel, model_input: Any) -> np.ndarray:
                          f"got shape {tuple(x.shape)}")
     if not np.isfinite(x).all():
         raise ModelError("predict input has non-finite regime features")
-    return np.asarray([int(np.argmax(model.logits(row))) for row in x], dtype=np.int64)
+    return np.asarray([model.choose_features(row) for row in x], dtype=np.int64)  # as served: margin too
 
 
 def predict_actions(model: PolicyModel, model_input: Any) -> np.ndarray:

@@ -50,6 +50,18 @@ class SelectorLabels:
         return SelectorLabels(np.concatenate([self.obs, other.obs]), np.concatenate([self.costs, other.costs]),
                               self.wins + other.wins, self.wall_s + other.wall_s)
 
+    def safest(self) -> int:
+        """The candidate whose worst regret over the labelled states is least (ties: least mean regret).
+
+        Regret is a candidate's cost over the state's best. This is the candidate a selector should
+        fall back on when its network is unsure: wrong choices are not equally dear, and the one whose
+        worst state is mildest costs least when the network's doubt is misplaced (BENCHMARKS.md, "A
+        safe default for unsure choices").
+        """
+        regret = self.costs / np.maximum(self.costs.min(axis=1, keepdims=True), 1e-9)
+        order = sorted(range(regret.shape[1]), key=lambda k: (float(regret[:, k].max()), float(regret[:, k].mean()), k))
+        return order[0]
+
     def targets(self, temperature: float) -> np.ndarray:
         """Soft targets: ``softmax(-(cost - min) / (temperature x min))`` per state (ties share the mass)."""
         best = self.costs.min(axis=1, keepdims=True)

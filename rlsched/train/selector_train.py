@@ -20,11 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlsched.errors import RlschedError
 from rlsched.train.config import Experiment, SelectorParams
 
 if TYPE_CHECKING:
     from rlsched.learned.selector import SelectorModel, SelectorScheduler
     from rlsched.train.run_steps import TrainResult
+    from rlsched.train.selector_labels import SelectorLabels
     from rlsched.train.worlds import World
 
 
@@ -62,11 +64,30 @@ def new_model(exp: Experiment, venv: Any) -> Any:
                        device="cpu", policy_kwargs={"net_arch": [hidden, hidden]}, verbose=0)
 
 
-def export(model: Any, params: SelectorParams, card: dict[str, Any] | None = None) -> SelectorModel:
-    """The trained network as a :class:`SelectorModel` (numpy weights)."""
+def export(model: Any, params: SelectorParams, card: dict[str, Any] | None = None,
+           default: str | None = None) -> SelectorModel:
+    """The trained network as a :class:`SelectorModel` (numpy weights), with ``default`` and the margin when
+    the experiment sets one."""
     from rlsched.learned.selector import SelectorModel
 
-    return SelectorModel.from_sb3(model.policy, params.candidates, params.hold_s, card)
+    return SelectorModel.from_sb3(model.policy, params.candidates, params.hold_s, card,
+                                  default=default if params.margin > 0 else None, margin=params.margin)
+
+
+def resolve_default(params: SelectorParams, safest: int | None, log: Callable[[str], None]) -> str | None:
+    """The experiment's ``selector.default`` (None without a margin): a named candidate, or for ``auto`` the
+    labels' safest one."""
+    if params.margin <= 0:
+        return None
+    if params.default != "auto":
+        name = params.default
+    elif safest is None:  # resumed, and the run dir no longer holds this run's labels
+        raise RlschedError("selector.default: auto needs this run's labels, and the run directory holds none for "
+                           "these settings; train without --resume or name the default candidate")
+    else:
+        name = params.candidates[safest]
+    log(f"unsure choices (probability within {params.margin:g} of {name}'s) go to {name}")
+    return name
 
 
 def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log: Callable[[str], None] = print,
@@ -101,16 +122,18 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
         log(f"no checkpoint in {ckpt_dir}; starting from scratch")
     run = TrainingRun(exp, worlds, log, start_tracker(exp) if track and exp.mlflow.enabled else None)
     bc_stats: dict[str, float] = {}
+    safest: int | None = None
     try:
         if ckpt is not None:
             from sb3_contrib import MaskablePPO
 
             model = MaskablePPO.load(ckpt, env=venv, device="cpu")
             log(f"resumed from {ckpt.name} at step {model.num_timesteps}")
+            safest = cached_safest(params, worlds.training, run_dir, exp.seed)
         else:
             model = new_model(exp, venv)
             if params.label_count > 0:
-                bc_stats = warm_start(model, params, worlds.training, run_dir, exp.seed, log)
+                bc_stats, safest = warm_start(model, params, worlds.training, run_dir, exp.seed, log)
         if run.tracker is not None:
             run.tracker.attach(model)
             if bc_stats:
@@ -124,11 +147,13 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
         if bc_stats.get("selector/labels_reused"):
             train_wall += bc_stats["selector/label_wall_s"]  # what those labels cost when they were made
 
+        default = resolve_default(params, safest, log)
+
         def policy() -> SelectorScheduler:
-            return export(model, params).scheduler("ppo")
+            return export(model, params, default=default).scheduler("ppo")
 
         ev, ho, table = run.final_evaluation(policy)
-        selector = export(model, params)
+        selector = export(model, params, default=default)
         card = build_card(exp, CardFacts(selector.signature, [w.label for w in worlds.training],
                                          int(model.num_timesteps), train_wall, bc_stats, ev, ho,
                                          worlds.trained_actions,
@@ -136,6 +161,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
         card["behaviour_cloning"] = {"teacher": "selector-labels", **bc_stats} if bc_stats else None
         card["selector"] = {"candidates": list(params.candidates), "hold_s": params.hold_s,
                             "episode_jobs": params.episode_jobs, "features": list(selector.features),
+                            "default": default, "margin": params.margin,
                             "choices": _choices(worlds.evaluation, policy)}
         out = Path(exp.output) if exp.output else run_dir / "model"
         selector.card = card
@@ -154,34 +180,24 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
 
 
 def warm_start(model: Any, params: SelectorParams, worlds: list[World], run_dir: Path, seed: int,
-               log: Callable[[str], None]) -> dict[str, float]:
-    """Clone the policy on counterfactual labels (:mod:`rlsched.train.selector_labels`); the statistics.
+               log: Callable[[str], None]) -> tuple[dict[str, float], int]:
+    """Clone the policy on counterfactual labels (:mod:`rlsched.train.selector_labels`); the statistics and
+    the index of the labels' safest candidate (:meth:`~rlsched.train.selector_labels.SelectorLabels.safest`).
 
     The labels are saved in ``run_dir`` (``selector_labels.npz``) and reused by a later run with the
     same labelling settings and training worlds, since labelling is most of a run's time.
     """
-    import hashlib
-    import json
-
     import numpy as np
 
-    from rlsched.envs.regime import REGIME_FEATURES
-    from rlsched.train.selector_labels import SelectorLabels, clone_labels, collect_labels
+    from rlsched.train.selector_labels import clone_labels, collect_labels
 
-    key = hashlib.sha256(json.dumps({
-        "candidates": params.candidates, "hold_s": params.hold_s, "episode_jobs": params.episode_jobs,
-        "count": params.label_count, "every": params.label_every, "horizon_s": params.label_horizon_s,
-        "seed": seed, "worlds": [w.label for w in worlds], "features": REGIME_FEATURES}).encode()).hexdigest()[:16]
+    key = _labels_key(params, worlds, seed)
     cache = run_dir / "selector_labels.npz"
-    labels = None
-    cache_hit = False
-    if cache.exists():
-        with np.load(cache) as z:
-            if str(z["key"]) == key:
-                labels = SelectorLabels(z["obs"], z["costs"], wall_s=float(z["wall_s"]))
-                cache_hit = True
-                log(f"reusing {len(labels.obs):,} labelled states from {cache}")
-    if labels is None:
+    labels = _cached_labels(cache, key)
+    cache_hit = labels is not None
+    if labels is not None:
+        log(f"reusing {len(labels.obs):,} labelled states from {cache}")
+    else:
         log(f"labelling {params.label_count:,} states: each candidate rolled {params.label_horizon_s:g} s ahead "
             f"every {params.label_every} choices ...")
         labels = collect_labels([w.scenario for w in worlds], params, seed, log)
@@ -190,6 +206,7 @@ def warm_start(model: Any, params: SelectorParams, worlds: list[World], run_dir:
         np.savez(tmp, key=key, obs=labels.obs, costs=labels.costs, wall_s=labels.wall_s)
         tmp.replace(cache)
     cached_wall = labels.wall_s
+    safest = labels.safest()  # of the first round's labels, which a resumed run finds in the cache too
     for rnd in range(params.label_rounds + 1):
         if rnd:
             # DAgger: label the states the policy cloned so far reaches by its own choices
@@ -208,7 +225,41 @@ def warm_start(model: Any, params: SelectorParams, worlds: list[World], run_dir:
     # must not look 20x cheaper than training from scratch (later rounds are never reused)
     stats["selector/labels_reused"] = float(cache_hit)
     stats["selector/label_wall_s"] = cached_wall if cache_hit else labels.wall_s
-    return stats
+    log(f"safest candidate on the labels (mildest worst state): {params.candidates[safest]}")
+    return stats, safest
+
+
+def _labels_key(params: SelectorParams, worlds: list[World], seed: int) -> str:
+    """What the first round of labels depends on, hashed (the cache holds labels for one key)."""
+    import hashlib
+    import json
+
+    from rlsched.envs.regime import REGIME_FEATURES
+
+    return hashlib.sha256(json.dumps({
+        "candidates": params.candidates, "hold_s": params.hold_s, "episode_jobs": params.episode_jobs,
+        "count": params.label_count, "every": params.label_every, "horizon_s": params.label_horizon_s,
+        "seed": seed, "worlds": [w.label for w in worlds], "features": REGIME_FEATURES}).encode()).hexdigest()[:16]
+
+
+def _cached_labels(cache: Path, key: str) -> SelectorLabels | None:
+    """The labels ``cache`` holds for ``key`` (None: no cache, or one made for other settings)."""
+    import numpy as np
+
+    from rlsched.train.selector_labels import SelectorLabels
+
+    if not cache.exists():
+        return None
+    with np.load(cache) as z:
+        if str(z["key"]) != key:
+            return None
+        return SelectorLabels(z["obs"], z["costs"], wall_s=float(z["wall_s"]))
+
+
+def cached_safest(params: SelectorParams, worlds: list[World], run_dir: Path, seed: int) -> int | None:
+    """The safest candidate of the labels cached in ``run_dir`` for this run (a resumed run's default)."""
+    labels = _cached_labels(run_dir / "selector_labels.npz", _labels_key(params, worlds, seed))
+    return None if labels is None else labels.safest()
 
 
 def _greedy(policy: Any) -> Callable[[Any], int]:

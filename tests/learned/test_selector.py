@@ -137,8 +137,39 @@ def _write(folder: Path, **changes: object) -> Path:
     return folder
 
 
+def _unsure(margin: float) -> SelectorModel:
+    """Two candidates whose probabilities differ by about 0.1 (weighted-priority ahead), sjf the default."""
+    gap = float(np.log(0.55 / 0.45))
+    layers = [(np.zeros((4, F)), np.zeros(4)), (np.zeros((2, 4)), np.array([gap, 0.0]))]
+    return SelectorModel(CANDIDATES, 3600.0, layers, default="sjf", margin=margin)
+
+
+def test_an_unsure_choice_goes_to_the_default_and_a_sure_one_does_not() -> None:
+    x = np.zeros(F)
+    assert _unsure(0.0).choose_features(x) == 0  # no margin: the plain argmax
+    assert _unsure(0.05).choose_features(x) == 0  # 0.55 against 0.45: sure enough
+    assert _unsure(0.15).choose_features(x) == 1  # not sure enough: the default
+    sure = _unsure(0.15)
+    sure.layers[-1] = (sure.layers[-1][0], np.array([3.0, 0.0]))
+    assert sure.choose_features(x) == 0  # 0.95 against 0.05
+
+
+def test_the_default_and_margin_survive_the_folder_and_an_old_folder_has_neither(tmp_path: Path) -> None:
+    _unsure(0.15).save(tmp_path / "new")
+    again = SelectorModel.load(tmp_path / "new")
+    assert (again.default, again.margin) == ("sjf", 0.15) and again.choose_features(np.zeros(F)) == 1
+    old = _write(tmp_path / "old", format=1)
+    doc = json.loads((old / "selector.json").read_text())
+    del doc["default"], doc["margin"]
+    (old / "selector.json").write_text(json.dumps(doc))
+    assert (SelectorModel.load(old).default, SelectorModel.load(old).margin) == (None, 0.0)
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"candidates": ["weighted-priority", "shortest"]}, "candidate 'shortest'"),
+    ({"default": "fifo", "margin": 0.1}, "default 'fifo' is not one of the candidates"),
+    ({"default": "sjf", "margin": 1.5}, "margin must be in"),
+    ({"margin": 0.1}, "needs a default"),
     ({"features": ["queue"]}, "retrain it"),
     ({"format": 99}, "format 99"),
     ({"layers": []}, "do not match"),

@@ -38,25 +38,29 @@ def test_shipped_experiments_load() -> None:
     a, b = (load_experiment(ROOT / "experiments" / f"{n}.yaml") for n in ("selector", "selector-fold-b"))
     assert a.generated is not None and b.generated is not None
     assert not set(a.generated.exclude) & set(b.generated.exclude)
-    assert a.selector == b.selector and a.ppo == b.ppo and a.scenarios == b.scenarios
+    # the folds and ablations predate the safe default for unsure choices (their BENCHMARKS.md numbers are
+    # the plain argmax's): each is the recipe without it
+    assert a.selector is not None and a.selector.margin > 0
+    a0 = replace(a.selector, margin=0.0)
+    assert b.selector == a0 and a.ppo == b.ppo and a.scenarios == b.scenarios
     # the Tiresias ablation is fold A with one more candidate, and never writes the shipped model
     t = load_experiment(ROOT / "experiments" / "selector-tiresias.yaml")
-    assert t.selector is not None and a.selector is not None
+    assert t.selector is not None
     assert t.selector.candidates == (*a.selector.candidates, "tiresias")
-    assert replace(t.selector, candidates=a.selector.candidates) == a.selector
+    assert replace(t.selector, candidates=a.selector.candidates) == a0
     assert t.generated == a.generated and t.ppo == a.ppo and t.scenarios == a.scenarios
     assert t.output != a.output and "models" not in Path(t.output).parts
     # the named-families ablation is fold A plus draws of families fold A already counts as trained
     n = load_experiment(ROOT / "experiments" / "selector-named.yaml")
     assert n.generated is not None and n.generated.families and not set(n.generated.families) & set(a.generated.exclude)
     assert replace(n.generated, families=(), family_count=a.generated.family_count) == a.generated
-    assert n.selector == a.selector and n.ppo == a.ppo and n.scenarios == a.scenarios
+    assert n.selector == a0 and n.ppo == a.ppo and n.scenarios == a.scenarios
     assert n.output != a.output and "models" not in Path(n.output).parts
     assert n.mlflow.registered_model != a.mlflow.registered_model
     # the DAgger ablation is fold A with labelling rounds along the cloned policy's own trajectories
     d = load_experiment(ROOT / "experiments" / "selector-dagger.yaml")
     assert d.selector is not None and d.selector.label_rounds >= 1 and a.selector.label_rounds == 0
-    assert replace(d.selector, label_rounds=0) == a.selector
+    assert replace(d.selector, label_rounds=0) == a0
     assert d.generated == a.generated and d.ppo == a.ppo and d.scenarios == a.scenarios
     assert d.output != a.output and "models" not in Path(d.output).parts
 

@@ -65,6 +65,17 @@ def test_soft_targets_share_ties_and_favour_a_decisive_winner() -> None:
     assert t[1, 0] > 0.999
 
 
+def test_the_safest_candidate_has_the_mildest_worst_state() -> None:
+    costs = np.array([[100.0, 110.0, 100.0],   # regrets 1.0, 1.1, 1.0
+                      [100.0, 105.0, 300.0],   # 1.0, 1.05, 3.0
+                      [250.0, 100.0, 100.0]])  # 2.5, 1.0, 1.0
+    labels = SelectorLabels(np.zeros((3, len(REGIME_FEATURES)), dtype=np.float32), costs)
+    assert labels.safest() == 1  # wins no state, but is never more than 1.1 times the best
+    tied = SelectorLabels(np.zeros((2, len(REGIME_FEATURES)), dtype=np.float32),
+                          np.array([[100.0, 120.0], [120.0, 100.0], ]))
+    assert tied.safest() == 0  # equal worst and mean regret: the first
+
+
 def test_cloning_learns_a_regime_dependent_choice() -> None:
     from sb3_contrib import MaskablePPO
 

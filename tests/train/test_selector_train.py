@@ -24,7 +24,7 @@ scenarios:
     train_window_h: [0, 12]
     eval_windows_h: [[20, 30]]
 selector: {{candidates: [weighted-priority, sjf], hold_s: 1800, episode_jobs: 80,
-           label_count: 8, label_every: 1, label_horizon_s: 3600, label_epochs: 2}}
+           label_count: 8, label_every: 1, label_horizon_s: 3600, label_epochs: 2, margin: 0.05}}
 eval_max_jobs: 120
 n_envs: 2
 total_steps: {steps}
@@ -67,6 +67,13 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     assert card["steps"] >= 256 and card["mlflow"]["version"] == 1
     assert {"ppo", "weighted-priority", "sjf", "fair-share"} <= set(card["metrics"]["eval"])
     assert card["selector"]["candidates"] == ["weighted-priority", "sjf"]
+    # the labels' safest candidate takes the unsure choices, and the folder serves it so
+    assert "safest candidate on the labels (mildest worst state): " in proc.stdout
+    default = card["selector"]["default"]
+    assert default in ("weighted-priority", "sjf") and card["selector"]["margin"] == 0.05
+    assert f"go to {default}" in proc.stdout
+    doc = json.loads((folder / "selector.json").read_text())
+    assert (doc["default"], doc["margin"]) == (default, 0.05)
     assert card["behaviour_cloning"]["teacher"] == "selector-labels"
     assert card["behaviour_cloning"]["selector/labels"] == 8.0
     choices = card["selector"]["choices"]
@@ -74,6 +81,7 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     assert "gen-tiny-fleet" in card["metrics"]["families"]["summary"]
     md = (folder / "MODEL_CARD.md").read_text()
     assert "promotion gate:" in md
+    assert f"- unsure choices go to {default}, the labels' safest candidate: another is chosen only with 0.05" in md
     # a selector is served behind no action record: its card says what the fleets offered, not what is masked
     assert "- training fleets offered (a selector acts only through its heuristics" in md and "actions.json" not in md
 
@@ -100,6 +108,7 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
               cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resumed from step-" in proc.stdout
+    assert json.loads((folder / "selector.json").read_text())["default"] == default  # from the cached labels
     assert json.loads((folder / "card.json").read_text())["steps"] >= 384
 
     # a fresh run in the same run dir reuses the labels; its card counts what they cost and says so
@@ -124,6 +133,10 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     ("label_horizon_s: 3600", "label_horizon_s: 600", "label_horizon_s must be >= hold_s"),
     ("label_count: 8", "label_count: -1", "label_count must be >= 0"),
     ("label_count: 8", "label_count: 8, label_rounds: -1", "label_rounds >= 0"),
+    ("margin: 0.05", "margin: 1.5", "selector.margin: a number in [0, 1)"),
+    ("margin: 0.05", "margin: wide", "selector.margin: a number in [0, 1)"),
+    ("margin: 0.05", "margin: 0.05, default: fifo", "selector.default: 'auto' or one of the candidates"),
+    ("label_count: 8", "label_count: 0", "with label_count 0 name a candidate"),
 ])
 def test_bad_selector_keys_are_one_line_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
     exp = _experiment(tmp_path, "unused", **{old: new})
