@@ -55,3 +55,25 @@ def test_the_default_finishes_elastic_and_mig_fleets_without_a_loop(scenario: st
     # the per-slot model's livelock left jobs never placed here; the selector completes as many as its fallback
     alone = Engine(sc.pools, jobs, sc.market, sc.sim).run(make_policy("weighted-priority"))
     assert report.jobs_completed == alone.jobs_completed
+
+
+def test_the_default_sends_unsure_choices_to_sjf_and_keeps_a_tenantless_trace_at_sjfs_jct() -> None:
+    """The window where the plain argmax lost 8.9x to SJF (BENCHMARKS.md, "A safe default for unsure choices"):
+    Philly hours 446-494 without tenants on 12 x 8 A100 at load 0.9, a training-side window."""
+    from dataclasses import replace
+
+    from rlsched.train.evaluate import run_world
+    from rlsched.train.families import _PHILLY, TraceFamily
+
+    model = load_policy_ref(str(DEFAULT))
+    assert isinstance(model, SelectorModel) and model.default == "sjf" and model.margin == pytest.approx(0.1)
+    exp = load_experiment(ROOT / "experiments" / "selector.yaml")
+    assert exp.selector is not None and exp.selector.margin == model.margin and exp.selector.default == "auto"
+    fam = TraceFamily("anon", "", _PHILLY, "12x8xA100-80GB", 0.9, 48.0, 50.0, 1800.0, anonymous=True)
+    if not fam.available():
+        pytest.skip("the Philly trace is not in the shared data")
+    world = next(w for w in fam.windows(5, 1500) if w.label.endswith("/446-494h"))
+    sjf = run_world(world, make_policy("sjf")).mean_jct_s
+    assert run_world(world, model.scheduler()).mean_jct_s <= 1.02 * sjf
+    plain = replace(model, default=None, margin=0.0)  # what it did before: the argmax between near-equal odds
+    assert run_world(world, plain.scheduler()).mean_jct_s > 2 * sjf
