@@ -134,6 +134,7 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
             model = new_model(exp, venv)
             if params.label_count > 0:
                 bc_stats, safest = warm_start(model, params, worlds.training, run_dir, exp.seed, log)
+        default = resolve_default(params, safest, log)  # before PPO: a resumed run without its labels stops now
         if run.tracker is not None:
             run.tracker.attach(model)
             if bc_stats:
@@ -146,8 +147,6 @@ def train_selector(exp: Experiment, *, run_dir: Path, resume: bool = False, log:
         train_wall = time.perf_counter() - t_start
         if bc_stats.get("selector/labels_reused"):
             train_wall += bc_stats["selector/label_wall_s"]  # what those labels cost when they were made
-
-        default = resolve_default(params, safest, log)
 
         def policy() -> SelectorScheduler:
             return export(model, params, default=default).scheduler("ppo")

@@ -123,6 +123,14 @@ def test_selector_trains_registers_serves_and_resumes(registry: str, model_name:
     assert "s of labelling, reused from an earlier run's `selector_labels.npz`)" in md_again
     assert "reused from an earlier run" not in md
 
+    # a resumed run whose run dir lost its labels cannot know the safe default: one line, before any training
+    (tmp_path / "run" / "selector_labels.npz").unlink()
+    proc = rl("train", str(_experiment(tmp_path, model_name, steps=512)), "-q", "--no-track", "--resume",
+              "--run-dir", str(tmp_path / "run"), env=env, cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "selector.default: auto needs this run's labels" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
 
 @pytest.mark.parametrize(("old", "new", "message"), [
     ("candidates: [weighted-priority, sjf]", "candidates: [weighted-priority, shortest]", "unknown policy 'shortest'"),
