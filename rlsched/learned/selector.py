@@ -218,7 +218,9 @@ class SelectorScheduler:
     environment used. Every candidate sees :meth:`reset`, and again whenever it takes over from
     another (as in training), so a heuristic with memory starts from the state it is handed;
     only the chosen one decides.
-    :attr:`choices` counts how often each candidate was chosen (for reports and audits).
+    :attr:`choices` counts how often each candidate was chosen (for reports and audits), and
+    :attr:`overruled` how often the network preferred a candidate but was unsure enough that the
+    model's default scheduled instead (keyed by the candidate it preferred).
     """
 
     def __init__(self, model: SelectorModel, name: str | None = None) -> None:
@@ -228,6 +230,7 @@ class SelectorScheduler:
         self.name = name or "selector"
         self.heuristics = [make_policy(c) for c in model.candidates]
         self.choices: Counter[str] = Counter()
+        self.overruled: Counter[str] = Counter()
         self.current = 0
         self._next_pick = -float("inf")
         # the loader's common surface with PpoScheduler (the service filters rules, tweaks a complement)
@@ -239,13 +242,18 @@ class SelectorScheduler:
         for h in self.heuristics:
             h.reset(state)
         self.choices.clear()
+        self.overruled.clear()
         self.current = 0
         self._next_pick = -float("inf")
 
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         """The chosen heuristic's decisions (a new choice when the last one has held ``hold_s``)."""
         if state.time >= self._next_pick:
-            pick = self.model.choose(state)
+            logits = self.model.logits(regime_features(state))
+            pick = self.model.pick(logits)
+            preferred = int(np.argmax(logits))
+            if pick != preferred:
+                self.overruled[self.model.candidates[preferred]] += 1
             if pick != self.current:
                 # as in training: a heuristic's memory (Tiresias' queues) starts from the state it takes over
                 self.heuristics[pick].reset(state)

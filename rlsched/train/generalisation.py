@@ -150,7 +150,9 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> Repl
     if name == CANDIDATE:
         sched = model().scheduler(CANDIDATE)
         rep = run_world(world, sched)
-        choices = dict(getattr(sched, "choices", None) or {})  # a selector counts its choices
+        choices = dict(getattr(sched, "choices", None) or {})  # a selector counts its choices ...
+        # ... and the network's preferences its safe default overruled (keys apart: see choice_lines)
+        choices.update({OVERRULED + h: c for h, c in (getattr(sched, "overruled", None) or {}).items()})
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
     elif name.endswith(RULED):
@@ -615,21 +617,34 @@ def _interval(summary: dict[str, Any], key: str = "model_vs_best") -> str:
     return f"{lo:.3f}-{hi:.3f}"
 
 
+#: prefix of a choice count that is not a choice: the network preferred that candidate, and the selector's
+#: safe default scheduled instead (it travels with the choices through every replay path)
+OVERRULED = "overruled:"
+
+
 def choice_lines(report: FamilyReport, order: Sequence[str] | None = None) -> list[str]:
     """One line per family saying what a selector candidate chose there (share of its choices), most first.
 
     A selector's mean JCT equal to one heuristic's says little on its own; its choices say whether it
-    trusted that heuristic throughout or switched and came out even.
+    trusted that heuristic throughout or switched and came out even - and, for a selector with a safe
+    default, how many of them the network would have made otherwise (and which it preferred).
     """
     lines = []
     for fam in order or list(report.exposure):
-        chosen = report.choices.get(fam)
+        counts = report.choices.get(fam) or {}
+        chosen = {h: c for h, c in counts.items() if not h.startswith(OVERRULED)}
         if not chosen:
             continue
         total = sum(chosen.values())
         parts = [f"{h} {c / total:.0%}" if c / total >= 0.005 else f"{h} <1%"
                  for h, c in sorted(chosen.items(), key=lambda kv: (-kv[1], kv[0]))]
-        lines.append(f"{fam}: {', '.join(parts)} of {total:,} choices")
+        line = f"{fam}: {', '.join(parts)} of {total:,} choices"
+        over = {h.removeprefix(OVERRULED): c for h, c in counts.items() if h.startswith(OVERRULED)}
+        if over:
+            line += (f"; {sum(over.values()):,} of them unsure, given to the default (the network preferred "
+                     + ", ".join(f"{h} {c:,}" for h, c in sorted(over.items(), key=lambda kv: (-kv[1], kv[0])))
+                     + ")")
+        lines.append(line)
     return lines
 
 

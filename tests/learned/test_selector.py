@@ -154,6 +154,15 @@ def test_an_unsure_choice_goes_to_the_default_and_a_sure_one_does_not() -> None:
     assert sure.choose_features(x) == 0  # 0.95 against 0.05
 
 
+def test_the_scheduler_counts_the_choices_its_default_overruled(scenario) -> None:  # type: ignore[no-untyped-def]
+    unsure = _unsure(0.15).scheduler()  # the network always prefers weighted-priority, never by enough
+    Engine(scenario.pools, scenario.jobs, scenario.market).run(unsure)
+    assert set(unsure.choices) == {"sjf"} and unsure.overruled == {"weighted-priority": unsure.choices["sjf"]}
+    sure = _unsure(0.05).scheduler()
+    Engine(scenario.pools, scenario.jobs, scenario.market).run(sure)
+    assert set(sure.choices) == {"weighted-priority"} and not sure.overruled
+
+
 def test_the_default_and_margin_survive_the_folder_and_an_old_folder_has_neither(tmp_path: Path) -> None:
     _unsure(0.15).save(tmp_path / "new")
     again = SelectorModel.load(tmp_path / "new")

@@ -82,3 +82,10 @@ def test_choice_lines_give_each_family_its_shares_most_first() -> None:
     assert choice_lines(report) == ["gen-a: sjf 78%, best-fit 22% of 100 choices",
                                     "gen-c: sjf 100%, fair-share <1% of 1,000 choices"]
     assert choice_lines(report, ["gen-c", "gen-a"])[0].startswith("gen-c: ")
+    # a selector with a safe default also says how many choices were the default's because the network was unsure
+    from rlsched.train.generalisation import OVERRULED
+
+    report.choices["gen-a"] = {"sjf": 90, "best-fit": 10, OVERRULED + "best-fit": 30, OVERRULED + "fair-share": 5}
+    assert choice_lines(report, ["gen-a"]) == [
+        "gen-a: sjf 90%, best-fit 10% of 100 choices; 35 of them unsure, given to the default (the network "
+        "preferred best-fit 30, fair-share 5)"]
