@@ -112,10 +112,6 @@ class SelectorModel:
                 h = np.tanh(h)
         return h
 
-    def choose(self, state: ClusterState) -> int:
-        """The candidate's index to schedule with in ``state`` (see :meth:`pick`)."""
-        return self.choose_features(regime_features(state))
-
     def choose_features(self, x: np.ndarray) -> int:
         """The candidate's index for one regime feature vector (see :meth:`pick`)."""
         return self.pick(self.logits(x))

@@ -587,13 +587,22 @@ def _family_names(where: str, value: Any, kind: str, unknown_as: str, known: Ite
     return names
 
 
-def _generated(d: Any) -> GeneratedParams | None:
-    """``generated:`` - absent: no generated training worlds; a mapping: checked."""
+def _optional_section(key: str, d: Any, params: type) -> dict[str, Any] | None:
+    """An optional mapping section ``key:`` - None when absent, else the mapping, its keys checked against
+    the fields of ``params`` (a scalar or a list there is one line naming the key)."""
     if d is None:
         return None
     if not isinstance(d, dict):
-        raise ExperimentError(f"generated: expected a mapping, got {d!r}")
-    _keys("generated", d, _names(GeneratedParams))
+        raise ExperimentError(f"{key}: expected a mapping, got {d!r}")
+    _keys(key, d, _names(params))
+    return d
+
+
+def _generated(d: Any) -> GeneratedParams | None:
+    """``generated:`` - absent: no generated training worlds; a mapping: checked."""
+    d = _optional_section("generated", d, GeneratedParams)
+    if d is None:
+        return None
     from rlsched.workload.generator import FAMILIES
 
     exclude = _family_names("generated.exclude", d.get("exclude", ()), "generator family", "family", FAMILIES)
@@ -618,11 +627,9 @@ def _generated(d: Any) -> GeneratedParams | None:
 
 def _generated_markets(d: Any) -> GeneratedMarketsParams | None:
     """``generated_markets:`` - absent: no generated markets; a mapping: checked."""
+    d = _optional_section("generated_markets", d, GeneratedMarketsParams)
     if d is None:
         return None
-    if not isinstance(d, dict):
-        raise ExperimentError(f"generated_markets: expected a mapping, got {d!r}")
-    _keys("generated_markets", d, _names(GeneratedMarketsParams))
     from rlsched.market.generator import MARKET_FAMILIES
 
     exclude = _family_names("generated_markets.exclude", d.get("exclude", ()), "market family", "market family",
@@ -636,11 +643,9 @@ def _generated_markets(d: Any) -> GeneratedMarketsParams | None:
 
 def _selector(d: Any) -> SelectorParams | None:
     """``selector:`` - absent: a per-slot network; a mapping: checked (registered, distinct candidates)."""
+    d = _optional_section("selector", d, SelectorParams)
     if d is None:
         return None
-    if not isinstance(d, dict):
-        raise ExperimentError(f"selector: expected a mapping, got {d!r}")
-    _keys("selector", d, _names(SelectorParams))
     cands = d.get("candidates", SelectorParams.candidates)
     if isinstance(cands, str) or not isinstance(cands, (list, tuple)) or len(cands) < 2:
         raise ExperimentError(f"selector.candidates: a list of at least two heuristic names, got {cands!r}")
