@@ -71,13 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     from rlsched.errors import RlschedError
     from rlsched.train.families import family_key, is_spot_model, resolve
     from rlsched.train.generalisation import (
-        SPOT_CAPTION,
         choice_lines,
         evaluate_families,
         family_checks,
-        family_table,
+        family_tables,
         print_progress,
-        spot_table,
         spot_window_table,
         verdict,
         window_table,
@@ -109,13 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     order = [family_key(f) for f in fams]
     onprem = [f for f in fams if f.kind != "spot"]
     spot = [f for f in fams if f.kind == "spot"]
-    if onprem:
-        print(family_table(report, order))
-    if spot:
-        if onprem:
-            print()
-        print(spot_table(report, order))
-        print(f"\n{SPOT_CAPTION}")
+    print(family_tables(report, order))
     for k, why in report.skipped.items():
         print(f"\n{k}: {why}")
     chosen = choice_lines(report, order)

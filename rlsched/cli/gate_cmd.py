@@ -28,15 +28,12 @@ def gate_cmd(
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 1,
 ) -> None:
     """Judge VERSION against the best heuristic on every unseen workload family; store the result for promote."""
-    from rlsched.train.generalisation import family_table, print_progress, spot_table
+    from rlsched.train.generalisation import family_tables, print_progress
     from rlsched.train.registry import gate_version
 
     report, checks = gate_version(name, version, families=[f.strip() for f in families.split(",") if f.strip()] or None,
                                   windows=windows, max_jobs=max_jobs, processes=jobs, progress=print_progress)
-    if report.windows or not report.spot_windows:
-        typer.echo(family_table(report))
-    if report.spot_windows:
-        typer.echo(spot_table(report))
+    typer.echo(family_tables(report))
     for fam, why in report.skipped.items():
         typer.echo(f"{fam}: {why}")
     for c in checks:

@@ -692,6 +692,20 @@ def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def family_tables(report: FamilyReport, order: Sequence[str] | None = None) -> str:
+    """The on-prem table (when an on-prem family was judged, or nothing was) and the spot table with its caption.
+
+    What the benchmark, the training run's card and ``rlsched models gate`` print, so a spot-only
+    judgement never shows an empty on-prem table and always explains its own.
+    """
+    keys = list(order or report.exposure)
+    spot = any(report.is_spot(k) for k in keys)
+    parts = [family_table(report, order)] if not spot or any(not report.is_spot(k) for k in keys) else []
+    if spot:
+        parts += [spot_table(report, order), SPOT_CAPTION]
+    return "\n\n".join(parts)
+
+
 def spot_window_table(report: FamilyReport) -> str:
     """Every spot window: each competitor's cost vs on-demand-only / deadline misses."""
     names = list(dict.fromkeys(n for rows in report.spot_windows.values() for row in rows.values() for n in row))

@@ -234,3 +234,23 @@ def test_the_spot_table_shows_the_interval() -> None:
     assert "| model cost vs best (range) | 95% interval |" in table[0]
     assert f"| {s['model_cost_vs_best_lo']:.3f}-{s['model_cost_vs_best_hi']:.3f} |" in table[2]
     assert table[0].count("|") == table[1].count("|") == table[2].count("|")
+
+
+def test_the_tables_of_a_judgement_show_what_was_judged() -> None:
+    """A spot-only judgement (a spot model's card, its gate) prints the spot table and its caption and no
+    empty on-prem table; an on-prem one only the on-prem table; a mixed one both."""
+    from rlsched.train.generalisation import SPOT_CAPTION, FamilyReport, family_tables, summarise
+
+    spot = summarise_spot(_spot_windows([42.0, 90.0], [(50.0, 1)] * 2))
+    onprem = summarise({"w1": {"weighted-priority": 10.0, "sjf": 8.0, CANDIDATE: 9.0},
+                        "w2": {"weighted-priority": 12.0, "sjf": 9.0, CANDIDATE: 9.0}})
+    only_spot = FamilyReport({"spot-x": spot}, {"spot-x": "unseen"}, spot_windows={"spot-x": {"w": {}}})
+    text = family_tables(only_spot)
+    assert "| best heuristic |" not in text and "| best baseline |" in text and SPOT_CAPTION in text
+    only_onprem = FamilyReport({"gen-x": onprem}, {"gen-x": "unseen"}, windows={"gen-x": {"w1": {}}})
+    text = family_tables(only_onprem)
+    assert "| best heuristic |" in text and "| best baseline |" not in text and SPOT_CAPTION not in text
+    both = FamilyReport({"gen-x": onprem, "spot-x": spot}, {"gen-x": "unseen", "spot-x": "unseen"},
+                        windows={"gen-x": {"w1": {}}}, spot_windows={"spot-x": {"w": {}}})
+    text = family_tables(both)
+    assert text.index("| best heuristic |") < text.index("| best baseline |") < text.index(SPOT_CAPTION)
