@@ -199,6 +199,7 @@ class DeadlineGuardParams:
     restart_overhead_s: float = 60.0
     spot_last_resort: bool = True
     preempt: bool = False
+    gangs_off_spot: bool = False
 
     def params(self) -> dict[str, Any]:
         """Constructor arguments of :class:`~rlsched.policies.rules.deadline_guard.DeadlineGuard`."""

@@ -17,7 +17,7 @@ from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.job import Job
 from rlsched.cluster.model import ClusterState, JobRun, PoolKind, PoolSpec
 from rlsched.policies.heuristics.spot import place_in_tiers
-from rlsched.policies.rules.deadline_guard import DeadlineGuard
+from rlsched.policies.rules.deadline_guard import DeadlineGuard, spot_can_hold_gang
 from rlsched.sim.engine import Engine, SimConfig
 
 URGENT_AT = 1900.0
@@ -171,8 +171,78 @@ def test_spot_is_the_last_resort_only_when_no_ondemand_can_come() -> None:
     assert places2 == {"a"}
 
 
+def test_spot_is_bought_as_the_last_resort_when_no_ondemand_can_come() -> None:
+    """On-demand is full at its maximum and no spot node is ready: an urgent preemptible job
+    has a spot node bought for it (waiting for on-demand that cannot come is a certain miss)."""
+    st = _state(_hybrid(od_nodes=1, spot_nodes=2), _job("a"), _job("b"))
+    st.add_node("od", 0.0, 0.0)
+    st.time = 2500.0
+    decisions = _decide_applied(DeadlineGuard(), st)
+    assert next(d for d in decisions if isinstance(d, Place)).placement.pool == "od"
+    assert [d for d in decisions if isinstance(d, Scale)] == [Scale("spot", 1)]
+    st2 = _state(_hybrid(od_nodes=1, spot_nodes=2), _job("a"), _job("b"))
+    st2.add_node("od", 0.0, 0.0)
+    st2.time = 2500.0
+    assert [d for d in _decide_applied(DeadlineGuard(spot_last_resort=False), st2) if isinstance(d, Scale)] == []
+
+
+def _gang_fleet(spot_nodes: int = 2) -> list[PoolSpec]:
+    """Nodes of one GPU, so a 2-GPU job is a gang of two whole nodes."""
+    return [pool("spot", kind=PoolKind.SPOT, nodes=spot_nodes, gpus=1, delay=40.0),
+            pool("od", kind=PoolKind.ONDEMAND, nodes=2, gpus=1, delay=40.0)]
+
+
+def test_spot_can_hold_a_gang_only_with_room_to_assemble() -> None:
+    gang = job("g", 0, 1000, n=2, preemptible=True, deadline=100_000.0)
+    st = _state(_gang_fleet(), gang)
+    assert spot_can_hold_gang(st, st.queue["g"])  # an empty pool that may buy both nodes
+    busy = job("busy", 0, 50_000, preemptible=True)
+    st.add_node("spot", 0.0, 0.0)
+    run = JobRun(job=busy)
+    st.allocate(run, place_in_tiers(st, run, [[PoolKind.SPOT]]))  # type: ignore[arg-type]
+    st.running["busy"] = run
+    assert spot_can_hold_gang(st, st.queue["g"]) is False  # one node busy, one left to buy: no room
+    st3 = _state(_gang_fleet(spot_nodes=3), gang)
+    st3.add_node("spot", 0.0, 0.0)
+    run3 = JobRun(job=busy)
+    st3.allocate(run3, place_in_tiers(st3, run3, [[PoolKind.SPOT]]))  # type: ignore[arg-type]
+    st3.running["busy"] = run3
+    st3.add_node("spot", 0.0, 100.0)  # provisioning: counts as empty room
+    assert spot_can_hold_gang(st3, st3.queue["g"])  # one provisioning + one to buy
+    small = _state(_gang_fleet(), job("s", 0, 1000, preemptible=True, deadline=100_000.0))
+    assert spot_can_hold_gang(small, small.queue["s"])  # fits one node: never stranded
+    safe = _state(_gang_fleet(), job("n", 0, 1000, n=2, deadline=100_000.0))
+    assert spot_can_hold_gang(safe, safe.queue["n"])  # not preemptible: not waiting for spot
+
+
+def test_a_gang_spot_cannot_hold_goes_to_ondemand_before_it_is_urgent() -> None:
+    """Two long jobs hold the whole spot pool (at its maximum of two nodes) when two 2-GPU gangs
+    arrive at 10 (W = 1,500, deadline 4,000). Each turns urgent at 4000 - (1500 + 40 + 60 +
+    997.5) = 1,402.5, when the guard alone buys two on-demand nodes: the first gang runs
+    1,443-2,943 and the second, waiting for those nodes, 2,943-4,443 - a miss. With
+    ``gangs_off_spot`` both are stranded at once: the nodes are bought at 10, the first gang
+    runs 50-1,550 and the second 1,550-3,050."""
+    def replay(guard: DeadlineGuard) -> Engine:
+        pools = [pool("spot", kind=PoolKind.SPOT, nodes=2, lo=2, gpus=1, delay=40.0),
+                 pool("od", kind=PoolKind.ONDEMAND, nodes=2, gpus=1, delay=40.0)]
+        jobs = [job("s1", 0, 100_000, preemptible=True), job("s2", 0, 100_000, preemptible=True),
+                job("A", 10, 1500, n=2, preemptible=True, deadline=4000.0),
+                job("B", 10, 1500, n=2, preemptible=True, deadline=4000.0)]
+        e = Engine(pools, jobs, FakeMarket(price=1.0), SimConfig(oracle_durations=True))
+        e.run(Guarded(SpotOnly(), guard))
+        return e
+
+    late = replay(DeadlineGuard())
+    assert late.runs["A"].first_start == pytest.approx(1443.5)
+    assert late.runs["B"].finish_time > 4000.0  # type: ignore[operator]
+    early = replay(DeadlineGuard(gangs_off_spot=True))
+    assert early.runs["A"].first_start == pytest.approx(50.0)
+    assert early.runs["B"].finish_time == pytest.approx(3050.0)
+    assert all(r.on_spot is False for r in (early.runs["A"], early.runs["B"]))
+
+
 def test_bad_parameters_are_refused() -> None:
-    for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"max_step": 0},
+    for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"gangs_off_spot": 1},
                {"preempt": "yes"}, {"spot_last_resort": 1}):
         with pytest.raises(ValueError):
             DeadlineGuard(**kw)  # type: ignore[arg-type]

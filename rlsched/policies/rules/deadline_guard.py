@@ -29,11 +29,23 @@ on-demand capacity that is ready now (first fit, cheapest pool first, as the hyb
 baselines place); a job that fits neither gets on-demand nodes bought for it (GPUs
 already provisioning in that pool count against the need). Spot is the last resort
 (``spot_last_resort``): taken only when no on-demand capacity can come at all (every
-on-demand pool at its maximum, nothing provisioning), because a reclaim near the
-deadline is what the guard exists to prevent, but waiting for capacity that cannot
-come is a certain miss. Urgent jobs are not preempted or migrated once running. The
-guard asks to be woken when the next queued job turns urgent, so it acts on time even
-when nothing else happens.
+on-demand pool at its maximum, nothing provisioning) - a ready spot node, else one
+bought for the job - because a reclaim near the deadline is what the guard exists to
+prevent, but waiting for capacity that cannot come is a certain miss. Urgent jobs are
+not preempted or migrated once running. The guard asks to be woken when the next queued
+job turns urgent, so it acts on time even when nothing else happens.
+
+**Gangs that spot cannot hold** (``gangs_off_spot=True``, off by default). The latest
+safe start assumes on-demand can be bought when a job turns urgent. For a gang the size
+of a pool that fails twice over: several such gangs turn urgent together and queue for
+the same on-demand pool, and waiting for spot is waiting for a whole spot pool to drain
+while other work keeps landing on it (:func:`spot_can_hold_gang`: no spot pool that
+admits the job can assemble its room from its empty nodes plus the nodes it may still
+buy). Such a *stranded* gang is served on safe capacity as soon as it is queued - placed
+on ready on-prem/on-demand, or on-demand bought for it - without preemption and without
+spot, after the urgent jobs. Jobs that fit one node are never stranded (a node frees or
+is bought quickly), and a gang whose spot room can still be assembled is left to the
+policy.
 
 **Preemption** (``preempt=True``, off by default). When an urgent job has nowhere to go
 - no safe capacity ready or coming, no spot - the guard suspends running jobs to make
@@ -65,12 +77,12 @@ from rlsched.cluster.checkpoint import progress_now
 from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
 from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import fits_pool_spec, gang_fits_after
-from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind, Sharing, estimate_key
+from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind, Sharing, estimate_key
 from rlsched.policies.heuristics.autoscale import headroom, provisioning_gpus, scale_for_demand
 from rlsched.policies.heuristics.spot import place_in_tiers
 from rlsched.policies.rules.victims import fewest_gpus, held_gpus
 
-__all__ = ["DeadlineGuard", "Urgency"]
+__all__ = ["DeadlineGuard", "Urgency", "spot_can_hold_gang"]
 
 #: A wake-up lands this long after the moment it waits for, so the job is urgent when looked at.
 _WAKE_AFTER_S = 1.0
@@ -124,26 +136,29 @@ class DeadlineGuard:
         margin_frac: the safety margin as a fraction of each job's deadline allowance.
         min_margin_s: the smallest margin (seconds).
         restart_overhead_s: seconds of work a (re)start repeats (the engine's default belief).
-        max_step: nodes bought per pool per decision point.
-        spot_last_resort: place an urgent job on ready spot when no on-demand can come.
+        spot_last_resort: place an urgent job on spot (ready, else bought) when no on-demand can come.
         preempt: suspend a running job that can afford it for an urgent job nothing else can take.
+        gangs_off_spot: serve a deadline gang that no spot pool can assemble room for on safe
+            capacity at once, without waiting for it to turn urgent.
     """
 
     #: its placements stand on their own; buying on-demand is extra (see :class:`~rlsched.policies.rules.Rule`)
     releases_nodes = False
+    #: nodes bought per pool per decision point
+    max_step = 8
 
     def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
-                 max_step: int = 8, spot_last_resort: bool = True, preempt: bool = False) -> None:
-        if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0 or max_step < 1:
-            raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0, max_step >= 1")
-        if not isinstance(spot_last_resort, bool) or not isinstance(preempt, bool):
-            raise ValueError("spot_last_resort and preempt must be true or false")
+                 spot_last_resort: bool = True, preempt: bool = False, gangs_off_spot: bool = False) -> None:
+        if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0:
+            raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0")
+        if not all(isinstance(v, bool) for v in (spot_last_resort, preempt, gangs_off_spot)):
+            raise ValueError("spot_last_resort, preempt and gangs_off_spot must be true or false")
         self.margin_frac = margin_frac
         self.min_margin_s = min_margin_s
         self.restart_overhead_s = restart_overhead_s
-        self.max_step = max_step
         self.spot_last_resort = spot_last_resort
         self.preempt = preempt
+        self.gangs_off_spot = gangs_off_spot
         self._wake_pending = -math.inf
         self._memo_key: tuple[int, float, int, int] | None = None
         self._estimates: dict[tuple[str, int, int], float] = {}
@@ -214,8 +229,15 @@ class DeadlineGuard:
 
     def urgent(self, state: ClusterState) -> tuple[list[Urgency], float]:
         """Queued urgent jobs (least slack first) and when the next one turns urgent (inf: never)."""
+        due, _stranded, nxt = self._scan(state)
+        return due, nxt
+
+    def _scan(self, state: ClusterState) -> tuple[list[Urgency], list[Urgency], float]:
+        """Urgent jobs, stranded gangs (both least slack first), and when the next job turns urgent."""
         due: list[Urgency] = []
+        stranded: list[Urgency] = []
         nxt = math.inf
+        spot_rooms: dict[tuple[object, ...], bool] = {}
         for run in state.queue.values():
             if run.job.deadline is None:
                 continue
@@ -224,35 +246,45 @@ class DeadlineGuard:
                 continue
             if u.slack <= 0:
                 due.append(u)
-            else:
-                nxt = min(nxt, state.time + u.slack)
-        due.sort(key=lambda u: (u.slack, u.run.job.submit_time))
-        return due, nxt
+                continue
+            nxt = min(nxt, state.time + u.slack)
+            if self.gangs_off_spot and run.job.preemptible:
+                shape = run.shape
+                held = spot_rooms.get(shape)
+                if held is None:
+                    held = spot_rooms.setdefault(shape, spot_can_hold_gang(state, run))
+                if not held:
+                    stranded.append(u)
+        key = lambda u: (u.slack, u.run.job.submit_time)  # noqa: E731
+        due.sort(key=key)
+        stranded.sort(key=key)
+        return due, stranded, nxt
 
     # ------------------------------------------------------------------ decisions
     def decide(self, state: ClusterState) -> Iterator[Decision]:
         """Place or buy for every urgent job; the caller applies each decision as it is yielded."""
         if not state.queue:
             return
-        due, nxt = self.urgent(state)
+        due, stranded, nxt = self._scan(state)
         demand: dict[str, float] = {}
         no_victim: dict[tuple[object, ...], float] = {}
-        for u in due:
+        # stranded gangs after the urgent jobs, on safe capacity only: no spot, no preemption
+        for u, urgent in [(u, True) for u in due] + [(u, False) for u in stranded]:
             run = u.run
             if run.job.job_id not in state.queue:
                 continue
-            target = place_in_tiers(state, run, [[PoolKind.ONPREM], [PoolKind.ONDEMAND]])
-            if target is not None:
-                yield Place(run.job.job_id, target)
+            place = _safe_place(state, run)
+            if place is not None:
+                yield place
                 continue
-            pool = self._ondemand_pool(state, run)
-            if pool is not None:
-                demand[pool.name] = demand.get(pool.name, 0.0) + run.job.gpu_demand
+            if _want(state, run, PoolKind.ONDEMAND, demand) or not urgent:
                 continue
             if self.spot_last_resort and run.job.preemptible:
                 target = place_in_tiers(state, run, [[PoolKind.SPOT]])
                 if target is not None:
                     yield Place(run.job.job_id, target)
+                    continue
+                if _want(state, run, PoolKind.SPOT, demand):
                     continue
             if self.preempt:
                 # A search that failed for a request shape fails for any later job of that shape that
@@ -347,21 +379,63 @@ class DeadlineGuard:
                 best, best_key = [r for r, _ in chosen], key
         return best
 
-    @staticmethod
-    def _ondemand_pool(state: ClusterState, run: JobRun) -> Pool | None:
-        """The cheapest on-demand pool that fits ``run`` and may still grow (quickest on ties)."""
-        best: Pool | None = None
-        key = (math.inf, math.inf)
-        for pool in state.pools.values():
-            if pool.spec.kind is not PoolKind.ONDEMAND or not fits_pool_spec(run.job, pool.spec):
-                continue
-            if headroom(state, pool) <= 0 and provisioning_gpus(pool) <= 0:
-                continue
-            q = state.quotes.get(pool.name)
-            k = (q.price_per_gpu_hour if q else 0.0, pool.spec.provision_delay_s)
-            if k < key:
-                best, key = pool, k
-        return best
+
+def _growable_pool(state: ClusterState, run: JobRun, kind: PoolKind) -> Pool | None:
+    """The cheapest pool of ``kind`` that fits ``run`` and may still grow or is growing (quickest on ties)."""
+    best: Pool | None = None
+    key = (math.inf, math.inf)
+    for pool in state.pools.values():
+        if pool.spec.kind is not kind or not fits_pool_spec(run.job, pool.spec):
+            continue
+        if headroom(state, pool) <= 0 and provisioning_gpus(pool) <= 0:
+            continue
+        q = state.quotes.get(pool.name)
+        k = (q.price_per_gpu_hour if q else 0.0, pool.spec.provision_delay_s)
+        if k < key:
+            best, key = pool, k
+    return best
+
+
+def _safe_place(state: ClusterState, run: JobRun) -> Place | None:
+    """``run`` placed on ready on-prem or on-demand capacity (first fit, cheapest pool first), if it fits."""
+    target = place_in_tiers(state, run, [[PoolKind.ONPREM], [PoolKind.ONDEMAND]])
+    return None if target is None else Place(run.job.job_id, target)
+
+
+def _want(state: ClusterState, run: JobRun, kind: PoolKind, demand: dict[str, float]) -> bool:
+    """Add ``run``'s GPUs to the demand of the cheapest pool of ``kind`` that can grow for it (False: none)."""
+    pool = _growable_pool(state, run, kind)
+    if pool is None:
+        return False
+    demand[pool.name] = demand.get(pool.name, 0.0) + run.job.gpu_demand
+    return True
+
+
+def spot_can_hold_gang(state: ClusterState, run: JobRun) -> bool:
+    """Could a spot pool give preemptible ``run`` its room without waiting for other jobs to leave?
+
+    True for a job that fits on one node of a spot pool that admits it (a node is freed
+    or bought quickly), and for a gang whose room a spot pool can assemble from the nodes
+    it holds empty (ready without jobs, or provisioning) plus the nodes it may still buy
+    (its maximum, and the market's availability). Also True when no spot pool admits
+    ``run`` at all: then it is not waiting for spot. False: every spot pool that admits
+    it is too full of other jobs to assemble its room, so waiting for spot means waiting
+    for the pool to drain while other work keeps arriving there.
+    """
+    job = run.job
+    admitted = False
+    for pool in state.pools.values():
+        spec = pool.spec
+        if spec.kind is not PoolKind.SPOT or spec.sharing is not Sharing.EXCLUSIVE or not fits_pool_spec(job, spec):
+            continue
+        admitted = True
+        if job.num_gpus <= spec.gpus_per_node:
+            return True
+        empty = sum(1 for n in pool.nodes.values()
+                    if n.status is NodeStatus.PROVISIONING or (n.ready and not n.jobs))
+        if empty + headroom(state, pool) >= math.ceil(job.num_gpus / spec.gpus_per_node):
+            return True
+    return not admitted
 
 
 def _freed_per_node(victims: list[tuple[JobRun, float]]) -> dict[str, int]:
