@@ -692,6 +692,14 @@ def spot_table(report: FamilyReport, order: Sequence[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def gate_rules(kinds: Sequence[str]) -> str:
+    """The promotion gate's rules, in words, for families of these kinds (``"spot"`` or an on-prem kind)."""
+    rules = ["<= 1.02x the best heuristic on every unseen family"] if any(k != "spot" for k in kinds) else []
+    if "spot" in kinds:
+        rules.append("no more deadline misses than the best baseline on every unseen spot family")
+    return "; ".join(rules)
+
+
 def family_tables(report: FamilyReport, order: Sequence[str] | None = None) -> str:
     """The on-prem table (when an on-prem family was judged, or nothing was) and the spot table with its caption.
 

@@ -350,15 +350,14 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
         evaluate_families,
         family_checks,
         family_tables,
+        gate_rules,
         verdict,
     )
 
     assert exp.gate is not None
     fams = resolve(list(exp.gate.families))
-    rules = (["<= 1.02x the best heuristic on every unseen one"] if any(f.kind != "spot" for f in fams) else []) + (
-        ["no more deadline misses than the best baseline on every unseen spot family"]
-        if any(f.kind == "spot" for f in fams) else [])
-    log(f"judging the policy on {len(fams)} workload families (promotion gate: {'; '.join(rules)}) ...")
+    log(f"judging the policy on {len(fams)} workload families (promotion gate: "
+        f"{gate_rules([f.kind for f in fams])}) ...")
     report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs,
                                ray=ray)
     card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,

@@ -254,3 +254,11 @@ def test_the_tables_of_a_judgement_show_what_was_judged() -> None:
                         windows={"gen-x": {"w1": {}}}, spot_windows={"spot-x": {"w": {}}})
     text = family_tables(both)
     assert text.index("| best heuristic |") < text.index("| best baseline |") < text.index(SPOT_CAPTION)
+
+
+def test_the_gate_rules_name_what_each_kind_of_family_is_judged_by() -> None:
+    from rlsched.train.generalisation import gate_rules
+
+    assert gate_rules(["generator", "trace"]) == "<= 1.02x the best heuristic on every unseen family"
+    assert gate_rules(["spot"]) == "no more deadline misses than the best baseline on every unseen spot family"
+    assert gate_rules(["trace", "spot"]).split("; ") == [gate_rules(["trace"]), gate_rules(["spot"])]

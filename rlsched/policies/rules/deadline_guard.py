@@ -250,10 +250,9 @@ class DeadlineGuard:
             nxt = min(nxt, state.time + u.slack)
             if self.gangs_off_spot and run.job.preemptible:
                 shape = run.shape
-                held = spot_rooms.get(shape)
-                if held is None:
-                    held = spot_rooms.setdefault(shape, spot_can_hold_gang(state, run))
-                if not held:
+                if shape not in spot_rooms:  # it depends on the request shape alone
+                    spot_rooms[shape] = spot_can_hold_gang(state, run)
+                if not spot_rooms[shape]:
                     stranded.append(u)
         key = lambda u: (u.slack, u.run.job.submit_time)  # noqa: E731
         due.sort(key=key)
