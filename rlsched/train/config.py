@@ -200,6 +200,7 @@ class DeadlineGuardParams:
     spot_last_resort: bool = True
     preempt: bool = False
     gangs_off_spot: bool = False
+    backlog_buy: bool = False
 
     def params(self) -> dict[str, Any]:
         """Constructor arguments of :class:`~rlsched.policies.rules.deadline_guard.DeadlineGuard`."""

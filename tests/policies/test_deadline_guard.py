@@ -243,9 +243,71 @@ def test_a_gang_spot_cannot_hold_goes_to_ondemand_before_it_is_urgent() -> None:
 
 def test_bad_parameters_are_refused() -> None:
     for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"gangs_off_spot": 1},
-               {"preempt": "yes"}, {"spot_last_resort": 1}):
+               {"preempt": "yes"}, {"spot_last_resort": 1}, {"backlog_buy": "on"}):
         with pytest.raises(ValueError):
             DeadlineGuard(**kw)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the backlog test
+# 1-GPU jobs of W = 1000 s (true durations, so no inflation: exp(0) = 1), deadline 20,000 s: margin
+# 0.25 x 20,000 = 5,000, so T = (20,000 - 5,000 - 60) / 2 = 7,470 s; on-demand delay 40 s. One ready
+# on-demand GPU (C = 1). k such jobs need S = (1000 k + B - 7,470) / 7,430 more GPUs.
+BACKLOG_T = 7470.0
+
+
+def _backlog_state(*jobs: Job) -> ClusterState:
+    st = _state([pool("od", kind=PoolKind.ONDEMAND, nodes=5, gpus=1, delay=40.0)], *jobs)
+    st.add_node("od", 0.0, 0.0)
+    return st
+
+
+def _burst(k: int) -> list[Job]:
+    return [_job(f"b{i:02d}", deadline=20000.0) for i in range(k)]
+
+
+def test_backlog_shortfall_by_hand() -> None:
+    guard = DeadlineGuard(backlog_buy=True)
+    short, binding, order = guard.backlog_shortfall(_backlog_state(*_burst(7)))
+    assert (short, binding) == (0.0, None) and len(order) == 7  # 7,000 GPU-s fit in 7,470 s on one GPU
+    short, binding, order = guard.backlog_shortfall(_backlog_state(*_burst(20)))
+    assert short == pytest.approx((20000.0 - BACKLOG_T) / (BACKLOG_T - 40.0))  # 1.686 GPUs
+    assert binding is not None and binding.job.job_id == "b19"  # the last job binds: its prefix is the largest
+    assert [r.job.job_id for r in order] == [f"b{i:02d}" for i in range(20)]  # equal deadlines: by submission
+
+
+def test_running_jobs_hold_capacity_until_their_estimated_end() -> None:
+    """A running job with 3,000 s left holds the one GPU for 3,000 of the 7,470 s: S grows by 3,000 / 7,430."""
+    st = _backlog_state(job("long", 0, 3000), *_burst(20))
+    run = st.queue["long"]
+    target = place_in_tiers(st, run, [[PoolKind.ONDEMAND]])
+    assert target is not None
+    st.allocate(run, target)
+    st.dequeue("long")
+    st.running["long"] = run
+    short, _, _ = DeadlineGuard(backlog_buy=True).backlog_shortfall(st)
+    assert short == pytest.approx((20000.0 + 3000.0 - BACKLOG_T) / (BACKLOG_T - 40.0))  # 2.09 GPUs
+
+
+def test_a_queue_that_fits_on_idle_gpus_is_never_short() -> None:
+    """One 10,000 s job needs (10,000 - 7,470) / 7,430 more GPUs by the fluid test, but it could start now
+    on the idle GPU: holding it is the policy's choice, not a shortfall."""
+    big = job("big", 0, 10000, preemptible=True, deadline=20000.0)
+    assert DeadlineGuard(backlog_buy=True).backlog_shortfall(_backlog_state(big))[:2] == (0.0, None)
+    st = _backlog_state(big, _job("small", deadline=20000.0))  # two queued GPUs, one idle: now it is short
+    short, binding, _ = DeadlineGuard(backlog_buy=True).backlog_shortfall(st)
+    assert binding is not None and short == pytest.approx((11000.0 - BACKLOG_T) / (BACKLOG_T - 40.0))
+
+
+def test_a_short_fleet_places_the_backlog_on_idle_safe_capacity_and_buys_the_rest() -> None:
+    st = _backlog_state(*_burst(20))
+    acts = [d for d in _decide_applied(DeadlineGuard(backlog_buy=True), st) if not isinstance(d, WakeAt)]
+    assert [type(d).__name__ for d in acts] == ["Place", "Scale"]
+    assert isinstance(acts[0], Place) and acts[0].job_id == "b00"  # the earliest deadline, on the idle node
+    assert acts[1] == Scale("od", 2)  # ceil(1.686 GPUs / 1 GPU per node)
+    # without the option, or with a fleet that suffices, nothing happens before the jobs turn urgent
+    assert all(isinstance(d, WakeAt) for d in _decide_applied(DeadlineGuard(), _backlog_state(*_burst(20))))
+    assert all(isinstance(d, WakeAt)
+               for d in _decide_applied(DeadlineGuard(backlog_buy=True), _backlog_state(*_burst(7))))
 
 
 # --------------------------------------------------------------------------- end to end

@@ -93,8 +93,9 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("deadline_guard: {margin_frac: -0.5}\n", "deadline_guard: margin_frac"),
         ("deadline_guard: {margin_fraction: 0.5}\n", "did you mean 'margin_frac'"),
         ("deadline_guard: 0.25\n", "deadline_guard: expected a mapping"),
-        ("deadline_guard: {preempt: sometimes}\n", "spot_last_resort, preempt and gangs_off_spot must be"),
-        ("deadline_guard: {gangs_off_spot: 1}\n", "spot_last_resort, preempt and gangs_off_spot must be"),
+        ("deadline_guard: {preempt: sometimes}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
+        ("deadline_guard: {gangs_off_spot: 1}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
+        ("deadline_guard: {backlog_buy: 1}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
         ("consolidate: {min_hold: 60}\n", "did you mean 'min_hold_s'"),
         ("consolidate: {min_hold_s: -1}\n", "consolidate: min_hold_s"),
         ("consolidate: yes\n", "consolidate: expected a mapping"),
@@ -116,7 +117,8 @@ def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
     exp = load_experiment(write(tmp_path, BASE + "deadline_guard: {margin_frac: 0.1}\n"))
     assert exp.deadline_guard is not None
     assert exp.deadline_guard.params() == {"margin_frac": 0.1, "min_margin_s": 300.0, "restart_overhead_s": 60.0,
-                                           "spot_last_resort": True, "preempt": False, "gangs_off_spot": False}
+                                           "spot_last_resort": True, "preempt": False, "gangs_off_spot": False,
+                                           "backlog_buy": False}
     assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
     assert exp.rule_params() == {"deadline_guard": exp.deadline_guard.params()}
 

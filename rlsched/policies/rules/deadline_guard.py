@@ -47,6 +47,19 @@ spot, after the urgent jobs. Jobs that fit one node are never stranded (a node f
 is bought quickly), and a gang whose spot room can still be assembled is left to the
 policy.
 
+**Backlogs** (``backlog_buy=True``, off by default). The urgency test looks at one job at
+a time, so a burst of hundreds of short deadline jobs passes it job by job while together
+they need more GPUs than the fleet has; when they turn urgent, the on-demand bought for
+them comes a provisioning delay too late for most, and a cost-minded policy may hold paid
+on-demand nodes idle meanwhile, waiting for spot. With the option the guard also runs the
+fluid test of earliest-deadline-first over the queued deadline jobs
+(:meth:`DeadlineGuard.backlog_shortfall`): when they cannot all start on the GPUs idle now
+and cannot all finish in half their time left on the fleet's capacity, it places them
+(earliest deadline first) on idle on-prem/on-demand GPUs and buys on-demand for the
+shortfall. Half the time left, and estimates scaled up by the estimator's mean error,
+because a burst keeps arriving while it is served and its jobs are ones the estimator has
+not learnt: a test that trusts both buys after the burst has already missed.
+
 **Preemption** (``preempt=True``, off by default). When an urgent job has nowhere to go
 - no safe capacity ready or coming, no spot - the guard suspends running jobs to make
 room (:meth:`DeadlineGuard.victims`): gracefully (a checkpoint first, so only a restart
@@ -69,12 +82,13 @@ trained behind it): BENCHMARKS.md, "Cost report: spot economics", "The deadline 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from rlsched.cluster.checkpoint import progress_now
-from rlsched.cluster.decisions import Decision, Place, Preempt, WakeAt
+from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import fits_pool_spec, gang_fits_after
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind, Sharing, estimate_key
@@ -82,10 +96,13 @@ from rlsched.policies.heuristics.autoscale import headroom, provisioning_gpus, s
 from rlsched.policies.heuristics.spot import place_in_tiers
 from rlsched.policies.rules.victims import fewest_gpus, held_gpus
 
-__all__ = ["DeadlineGuard", "Urgency", "spot_can_hold_gang"]
+__all__ = ["DeadlineGuard", "GuardSwitches", "Urgency", "spot_can_hold_gang"]
 
 #: A wake-up lands this long after the moment it waits for, so the job is urgent when looked at.
 _WAKE_AFTER_S = 1.0
+#: The backlog test asks for the queued deadline work to fit in this share of each job's time left:
+#: a burst keeps arriving while the backlog is served, and the test sees only what has arrived.
+_BACKLOG_HORIZON_FRAC = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +146,30 @@ class Urgency:
         return self.time_left < self.hold
 
 
+@dataclass(frozen=True, slots=True)
+class GuardSwitches:
+    """What the guard may do beyond placing urgent jobs on safe capacity (the module doc has each).
+
+    Attributes:
+        spot_last_resort: place an urgent job on spot (ready, else bought) when no on-demand can come.
+        preempt: suspend a running job that can afford it for an urgent job nothing else can take.
+        gangs_off_spot: serve a deadline gang that no spot pool can assemble room for on safe
+            capacity at once, without waiting for it to turn urgent.
+        backlog_buy: use idle safe capacity and buy on-demand ahead of time when the queued deadline
+            work, taken earliest deadline first, cannot all finish in time on the capacity the fleet
+            has (:meth:`DeadlineGuard.backlog_shortfall`).
+    """
+
+    spot_last_resort: bool = True
+    preempt: bool = False
+    gangs_off_spot: bool = False
+    backlog_buy: bool = False
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(getattr(self, f.name), bool) for f in fields(self)):
+            raise ValueError("spot_last_resort, preempt, gangs_off_spot and backlog_buy must be true or false")
+
+
 class DeadlineGuard:
     """Places urgent deadline jobs on safe capacity ahead of another scheduler's decisions.
 
@@ -136,10 +177,7 @@ class DeadlineGuard:
         margin_frac: the safety margin as a fraction of each job's deadline allowance.
         min_margin_s: the smallest margin (seconds).
         restart_overhead_s: seconds of work a (re)start repeats (the engine's default belief).
-        spot_last_resort: place an urgent job on spot (ready, else bought) when no on-demand can come.
-        preempt: suspend a running job that can afford it for an urgent job nothing else can take.
-        gangs_off_spot: serve a deadline gang that no spot pool can assemble room for on safe
-            capacity at once, without waiting for it to turn urgent.
+        switches: the :class:`GuardSwitches` by name (``preempt=True``, ...); an unknown name is a TypeError.
     """
 
     #: its placements stand on their own; buying on-demand is extra (see :class:`~rlsched.policies.rules.Rule`)
@@ -148,17 +186,17 @@ class DeadlineGuard:
     max_step = 8
 
     def __init__(self, margin_frac: float = 0.25, min_margin_s: float = 300.0, restart_overhead_s: float = 60.0,
-                 spot_last_resort: bool = True, preempt: bool = False, gangs_off_spot: bool = False) -> None:
+                 **switches: bool) -> None:
         if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0:
             raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0")
-        if not all(isinstance(v, bool) for v in (spot_last_resort, preempt, gangs_off_spot)):
-            raise ValueError("spot_last_resort, preempt and gangs_off_spot must be true or false")
+        on = GuardSwitches(**switches)
         self.margin_frac = margin_frac
         self.min_margin_s = min_margin_s
         self.restart_overhead_s = restart_overhead_s
-        self.spot_last_resort = spot_last_resort
-        self.preempt = preempt
-        self.gangs_off_spot = gangs_off_spot
+        self.spot_last_resort = on.spot_last_resort
+        self.preempt = on.preempt
+        self.gangs_off_spot = on.gangs_off_spot
+        self.backlog_buy = on.backlog_buy
         self._wake_pending = -math.inf
         self._memo_key: tuple[int, float, int, int] | None = None
         self._estimates: dict[tuple[str, int, int], float] = {}
@@ -303,10 +341,125 @@ class DeadlineGuard:
                 if target is not None:
                     yield Place(run.job.job_id, target)
         yield from scale_for_demand(state, demand, self.max_step)
+        if self.backlog_buy:
+            yield from self._backlog(state)
         wake = nxt + _WAKE_AFTER_S
         if wake < math.inf and not (state.time < self._wake_pending <= wake):
             self._wake_pending = wake
             yield WakeAt(wake)
+
+    def backlog_shortfall(self, state: ClusterState) -> tuple[float, JobRun | None, list[JobRun]]:
+        """GPUs the fleet lacks to finish every queued deadline job in time.
+
+        The per-job test (:attr:`Urgency.slack`) asks whether *one* job can still wait; a burst
+        of hundreds of short deadline jobs passes it job by job while together they need more
+        GPUs than the fleet has, and by the time they turn urgent the on-demand bought for them
+        arrives a provisioning delay too late for most. This is the fluid test of earliest-
+        deadline-first: with the queued jobs that are not yet urgent taken by latest safe
+        finish, ``T = (deadline - now - margin - restart) / 2`` (half: a burst goes on arriving
+        while its backlog is served), the first ``k`` need ``W_k`` GPU-seconds (their estimates
+        scaled up by ``exp(log_error)``, the estimator's mean miss: a test that passes only on
+        estimates this far off would buy too late whenever they are short), the running jobs
+        hold ``B(T_k)`` of the fleet's ``C`` GPUs until then (each its estimated remaining run,
+        at most ``T_k``), and GPUs bought now serve from one provisioning delay ``d`` on, so
+        ``S`` more GPUs suffice when ``C T_k + S (T_k - d) >= W_k + B(T_k)`` for
+        every ``k``. ``C`` counts ready and provisioning GPUs of every pool, spot included (a
+        reclaim is the urgency test's business). A queue that could all start on the GPUs idle
+        or provisioning now is never short: holding it (for spot, say) is the policy's choice,
+        and the inflated estimates would otherwise call a few queued jobs a shortfall wherever
+        the estimator is poor.
+
+        Returns ``(max S, the job it binds at, the jobs in that order)``; ``S <= 0`` and no
+        binding job when the fleet suffices.
+        """
+        scale = self._work_scale(state)
+        queued: list[tuple[float, float, float, JobRun]] = []
+        for run in state.queue.values():
+            if run.job.deadline is None:
+                continue
+            u = self._memoised(state, run)
+            if u is None or u.slack <= 0:
+                continue  # no safe capacity fits it, or it is urgent: served above
+            horizon = (u.time_left - u.margin - u.overhead) * _BACKLOG_HORIZON_FRAC
+            queued.append((horizon, scale * u.remaining * run.job.gpu_demand, u.delay, run))
+        if not queued:
+            return 0.0, None, []
+        queued.sort(key=lambda q: (q[0], q[3].job.submit_time))
+        held = sorted(self._running_left(state))  # (estimated seconds left, GPUs held) of each running job
+        ends = [t for t, _ in held]
+        gpus_after: list[float] = [0.0] * (len(held) + 1)  # GPUs held by the jobs from i on
+        work_before: list[float] = [0.0] * (len(held) + 1)  # GPU-seconds of the jobs before i
+        for i in range(len(held) - 1, -1, -1):
+            gpus_after[i] = gpus_after[i + 1] + held[i][1]
+        for i, (t, g) in enumerate(held):
+            work_before[i + 1] = work_before[i] + t * g
+        capacity = 0.0
+        idle = 0.0  # GPUs a queued job could start on now or once provisioned
+        for node in state.nodes.values():
+            if node.status is NodeStatus.READY:
+                capacity += len(node.gpus)
+                idle += node.free_whole
+            elif node.status is NodeStatus.PROVISIONING:
+                capacity += len(node.gpus)
+                idle += len(node.gpus)
+        order = [q[3] for q in queued]
+        if sum(r.job.gpu_demand for r in order) <= idle:
+            return 0.0, None, order  # it can all start on what is idle: holding it is the policy's choice
+        work = 0.0
+        worst, binding = 0.0, None
+        for horizon, w, delay, run in queued:
+            work += w
+            if horizon <= delay:
+                continue  # bought capacity would come too late for it
+            i = bisect.bisect_right(ends, horizon)
+            busy = work_before[i] + gpus_after[i] * horizon  # B(T): what running jobs hold until then
+            short = (work + busy - capacity * horizon) / (horizon - delay)
+            if short > worst:
+                worst, binding = short, run
+        return worst, binding, order
+
+    @staticmethod
+    def _work_scale(state: ClusterState) -> float:
+        """What the backlog test multiplies queued estimates by: ``exp(log_error)`` (1 with true durations)."""
+        return 1.0 if state.estimator.oracle else math.exp(state.estimator.log_error)
+
+    def _running_left(self, state: ClusterState) -> Iterator[tuple[float, float]]:
+        """``(estimated seconds left, GPUs held)`` of every running job."""
+        est = state.estimator.estimate
+        for run in state.running.values():
+            progress = progress_now(run, state.time)
+            yield max(believed_work(est(run.job), progress) - progress, 0.0), run.job.gpu_demand
+
+    def _backlog(self, state: ClusterState) -> Iterator[Decision]:
+        """When the fleet is short (:meth:`backlog_shortfall`): use idle safe capacity, buy the rest.
+
+        Every queued deadline job then counts as urgent for *placement*: earliest deadline
+        first, each goes on ready on-prem/on-demand capacity it fits (no preemption, no spot),
+        so paid nodes do not idle while the backlog that needs them waits for cheaper ones.
+        The shortfall is bought as on-demand (spot when no on-demand can grow, as the last
+        resort), in the pool that fits the job the shortfall binds at.
+        """
+        short, binding, order = self.backlog_shortfall(state)
+        if binding is None:
+            return
+        free = sum(p.free_whole_gpus() for p in state.pools.values() if p.spec.kind is not PoolKind.SPOT)
+        for run in order:
+            if free <= 0:
+                break
+            if run.job.job_id not in state.queue:
+                continue
+            place = _safe_place(state, run)
+            if place is not None:
+                free -= run.job.num_gpus
+                yield place
+        pool = _growable_pool(state, binding, PoolKind.ONDEMAND)
+        if pool is None and self.spot_last_resort and binding.job.preemptible:
+            pool = _growable_pool(state, binding, PoolKind.SPOT)
+        if pool is None:
+            return
+        nodes = min(math.ceil(short / pool.spec.gpus_per_node), headroom(state, pool), self.max_step)
+        if nodes > 0:
+            yield Scale(pool.name, nodes)
 
     def victims(self, state: ClusterState, u: Urgency) -> list[JobRun]:
         """Running jobs to suspend so that urgent ``u`` can start now (empty: no room can be made).
