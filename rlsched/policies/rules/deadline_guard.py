@@ -385,35 +385,18 @@ class DeadlineGuard:
         if not queued:
             return 0.0, None, []
         queued.sort(key=lambda q: (q[0], q[3].job.submit_time))
-        held = sorted(self._running_left(state))  # (estimated seconds left, GPUs held) of each running job
-        ends = [t for t, _ in held]
-        gpus_after: list[float] = [0.0] * (len(held) + 1)  # GPUs held by the jobs from i on
-        work_before: list[float] = [0.0] * (len(held) + 1)  # GPU-seconds of the jobs before i
-        for i in range(len(held) - 1, -1, -1):
-            gpus_after[i] = gpus_after[i + 1] + held[i][1]
-        for i, (t, g) in enumerate(held):
-            work_before[i + 1] = work_before[i] + t * g
-        capacity = 0.0
-        idle = 0.0  # GPUs a queued job could start on now or once provisioned
-        for node in state.nodes.values():
-            if node.status is NodeStatus.READY:
-                capacity += len(node.gpus)
-                idle += node.free_whole
-            elif node.status is NodeStatus.PROVISIONING:
-                capacity += len(node.gpus)
-                idle += len(node.gpus)
         order = [q[3] for q in queued]
+        capacity, idle = _fleet_gpus(state)
         if sum(r.job.gpu_demand for r in order) <= idle:
             return 0.0, None, order  # it can all start on what is idle: holding it is the policy's choice
+        held = _Holdings(self._running_left(state))
         work = 0.0
         worst, binding = 0.0, None
         for horizon, w, delay, run in queued:
             work += w
             if horizon <= delay:
                 continue  # bought capacity would come too late for it
-            i = bisect.bisect_right(ends, horizon)
-            busy = work_before[i] + gpus_after[i] * horizon  # B(T): what running jobs hold until then
-            short = (work + busy - capacity * horizon) / (horizon - delay)
+            short = (work + held.until(horizon) - capacity * horizon) / (horizon - delay)
             if short > worst:
                 worst, binding = short, run
         return worst, binding, order
@@ -588,6 +571,45 @@ def spot_can_hold_gang(state: ClusterState, run: JobRun) -> bool:
         if empty + headroom(state, pool) >= math.ceil(job.num_gpus / spec.gpus_per_node):
             return True
     return not admitted
+
+
+def _fleet_gpus(state: ClusterState) -> tuple[float, float]:
+    """``(GPUs ready or provisioning, of them free: idle on ready nodes or still provisioning)``."""
+    capacity = idle = 0.0
+    for node in state.nodes.values():
+        if node.status is NodeStatus.READY:
+            capacity += len(node.gpus)
+            idle += node.free_whole
+        elif node.status is NodeStatus.PROVISIONING:
+            capacity += len(node.gpus)
+            idle += len(node.gpus)
+    return capacity, idle
+
+
+class _Holdings:
+    """What running jobs hold of the fleet over the next ``T`` seconds, ``B(T) = sum g_i min(t_i, T)``.
+
+    Built once per decision point from each job's ``(estimated seconds left t_i, GPUs g_i)``;
+    :meth:`until` is then a binary search over prefix sums, so the backlog test stays
+    O((queue + running) log) however many prefixes it checks.
+    """
+
+    __slots__ = ("_ends", "_gpus_after", "_work_before")
+
+    def __init__(self, running: Iterator[tuple[float, float]]) -> None:
+        held = sorted(running)
+        self._ends = [t for t, _ in held]
+        self._gpus_after = [0.0] * (len(held) + 1)  # GPUs held by the jobs from i on
+        self._work_before = [0.0] * (len(held) + 1)  # GPU-seconds of the jobs before i
+        for i in range(len(held) - 1, -1, -1):
+            self._gpus_after[i] = self._gpus_after[i + 1] + held[i][1]
+        for i, (t, g) in enumerate(held):
+            self._work_before[i + 1] = self._work_before[i] + t * g
+
+    def until(self, horizon: float) -> float:
+        """GPU-seconds the running jobs hold between now and ``horizon`` seconds from now."""
+        i = bisect.bisect_right(self._ends, horizon)
+        return self._work_before[i] + self._gpus_after[i] * horizon
 
 
 def _freed_per_node(victims: list[tuple[JobRun, float]]) -> dict[str, int]:
