@@ -201,6 +201,7 @@ class DeadlineGuardParams:
     preempt: bool = False
     gangs_off_spot: bool = False
     backlog_buy: bool = False
+    trust_deadline: bool = False
 
     def params(self) -> dict[str, Any]:
         """Constructor arguments of :class:`~rlsched.policies.rules.deadline_guard.DeadlineGuard`."""

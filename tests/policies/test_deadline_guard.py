@@ -107,6 +107,20 @@ def test_small_allowances_get_the_minimum_margin() -> None:
     assert DeadlineGuard(min_margin_s=600).urgency(st, st.queue["j"]).need == pytest.approx(1700)  # type: ignore[union-attr]
 
 
+def test_a_job_estimated_beyond_its_allowance_is_hopeless_unless_the_deadline_is_trusted() -> None:
+    """W = 5000 s against a 4,000 s allowance: capped, it needs 4,000 + 60 > 4,000 s and is hopeless on
+    arrival; trusting the deadline it needs 4,000 - 1,000 (the margin) = 3,000 s: urgent, not hopeless."""
+    st = _state(_hybrid(), job("long", 0, 5000, preemptible=True, deadline=4000.0))
+    capped = DeadlineGuard().urgency(st, st.queue["long"])
+    trusted = DeadlineGuard(trust_deadline=True).urgency(st, st.queue["long"])
+    assert capped is not None and trusted is not None
+    assert (capped.remaining, capped.hopeless, capped.slack <= 0) == (4000.0, True, True)
+    assert (trusted.remaining, trusted.hopeless, trusted.slack <= 0) == (3000.0, False, True)
+    # an estimate below the allowance is taken as it is either way
+    st = _state(_hybrid(), _job("short"))
+    assert DeadlineGuard(trust_deadline=True).urgency(st, st.queue["short"]).remaining == 1000.0  # type: ignore[union-attr]
+
+
 def test_remaining_work_counts_progress_and_is_capped_at_the_allowance() -> None:
     st = _state(_hybrid(), _job())
     run = st.queue["j"]
@@ -243,7 +257,7 @@ def test_a_gang_spot_cannot_hold_goes_to_ondemand_before_it_is_urgent() -> None:
 
 def test_bad_parameters_are_refused() -> None:
     for kw in ({"margin_frac": -0.1}, {"min_margin_s": -1.0}, {"restart_overhead_s": -1.0}, {"gangs_off_spot": 1},
-               {"preempt": "yes"}, {"spot_last_resort": 1}, {"backlog_buy": "on"}):
+               {"preempt": "yes"}, {"spot_last_resort": 1}, {"backlog_buy": "on"}, {"trust_deadline": 0}):
         with pytest.raises(ValueError):
             DeadlineGuard(**kw)  # type: ignore[arg-type]
 

@@ -93,9 +93,9 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("deadline_guard: {margin_frac: -0.5}\n", "deadline_guard: margin_frac"),
         ("deadline_guard: {margin_fraction: 0.5}\n", "did you mean 'margin_frac'"),
         ("deadline_guard: 0.25\n", "deadline_guard: expected a mapping"),
-        ("deadline_guard: {preempt: sometimes}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
-        ("deadline_guard: {gangs_off_spot: 1}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
-        ("deadline_guard: {backlog_buy: 1}\n", "spot_last_resort, preempt, gangs_off_spot and backlog_buy must"),
+        ("deadline_guard: {preempt: sometimes}\n", "backlog_buy, trust_deadline: each must be true or false"),
+        ("deadline_guard: {gangs_off_spot: 1}\n", "backlog_buy, trust_deadline: each must be true or false"),
+        ("deadline_guard: {backlog_buy: 1}\n", "backlog_buy, trust_deadline: each must be true or false"),
         ("consolidate: {min_hold: 60}\n", "did you mean 'min_hold_s'"),
         ("consolidate: {min_hold_s: -1}\n", "consolidate: min_hold_s"),
         ("consolidate: yes\n", "consolidate: expected a mapping"),
@@ -118,7 +118,7 @@ def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
     assert exp.deadline_guard is not None
     assert exp.deadline_guard.params() == {"margin_frac": 0.1, "min_margin_s": 300.0, "restart_overhead_s": 60.0,
                                            "spot_last_resort": True, "preempt": False, "gangs_off_spot": False,
-                                           "backlog_buy": False}
+                                           "backlog_buy": False, "trust_deadline": False}
     assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
     assert exp.rule_params() == {"deadline_guard": exp.deadline_guard.params()}
 

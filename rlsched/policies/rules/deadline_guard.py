@@ -158,16 +158,19 @@ class GuardSwitches:
         backlog_buy: use idle safe capacity and buy on-demand ahead of time when the queued deadline
             work, taken earliest deadline first, cannot all finish in time on the capacity the fleet
             has (:meth:`DeadlineGuard.backlog_shortfall`).
+        trust_deadline: take a job whose estimate reaches its whole allowance to need the allowance
+            less the margin (:meth:`DeadlineGuard.urgency`), so it is not hopeless on arrival.
     """
 
     spot_last_resort: bool = True
     preempt: bool = False
     gangs_off_spot: bool = False
     backlog_buy: bool = False
+    trust_deadline: bool = False
 
     def __post_init__(self) -> None:
         if not all(isinstance(getattr(self, f.name), bool) for f in fields(self)):
-            raise ValueError("spot_last_resort, preempt, gangs_off_spot and backlog_buy must be true or false")
+            raise ValueError(f"{', '.join(f.name for f in fields(self))}: each must be true or false")
 
 
 class DeadlineGuard:
@@ -197,6 +200,7 @@ class DeadlineGuard:
         self.preempt = on.preempt
         self.gangs_off_spot = on.gangs_off_spot
         self.backlog_buy = on.backlog_buy
+        self.trust_deadline = on.trust_deadline
         self._wake_pending = -math.inf
         self._memo_key: tuple[int, float, int, int] | None = None
         self._estimates: dict[tuple[str, int, int], float] = {}
@@ -210,6 +214,12 @@ class DeadlineGuard:
     def urgency(self, state: ClusterState, run: JobRun, *, estimate: float | None = None,
                 delay: float | None = None) -> Urgency | None:
         """Where ``run`` stands (None: no deadline, or no safe capacity could ever take it).
+
+        The remaining work is the estimate's, capped at the allowance. A capped job is urgent on
+        arrival and, by the cap, also *hopeless* (it could not finish even if started now), so it
+        preempts nobody - even when its estimate is the one that is wrong, as an estimate above the
+        user's whole allowance usually is. With ``trust_deadline`` such a job is taken to need its
+        allowance less the margin instead: still urgent on arrival, but able to make room.
 
         ``estimate`` and ``delay`` (the job's duration estimate and its quickest safe
         pool's provisioning delay) may be passed in when the caller has them memoised.
@@ -227,6 +237,10 @@ class DeadlineGuard:
         work = believed_work(state.estimator.estimate(job) if estimate is None else estimate, progress)
         remaining = min(work - progress, max(allowance - progress, 0.0))
         margin = max(self.margin_frac * allowance, self.min_margin_s)
+        if self.trust_deadline and work >= allowance:
+            # an estimate that reaches the whole allowance says the estimator does not know this job;
+            # believe the user instead: it fits the allowance less the margin, so it is not hopeless
+            remaining = max(allowance - margin - progress, 0.0)
         return Urgency(run, dl - state.time, remaining, delay, self.restart_overhead_s, margin)
 
     @staticmethod
