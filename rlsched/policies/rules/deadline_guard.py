@@ -57,8 +57,8 @@ fluid test of earliest-deadline-first over the queued deadline jobs
 and cannot all finish in half their time left on the fleet's capacity, it places them
 (earliest deadline first) on idle on-prem/on-demand GPUs and buys on-demand for the
 shortfall. Half the time left, and estimates scaled up by the estimator's mean error,
-because a burst keeps arriving while it is served and its jobs are ones the estimator has
-not learnt: a test that trusts both buys after the burst has already missed.
+because a burst keeps arriving while it is served and its jobs may run far longer than
+their users' history says: a test that trusts both buys after the burst has already missed.
 
 **Preemption** (``preempt=True``, off by default). When an urgent job has nowhere to go
 - no safe capacity ready or coming, no spot - the guard suspends running jobs to make
@@ -589,15 +589,9 @@ def spot_can_hold_gang(state: ClusterState, run: JobRun) -> bool:
 
 def _fleet_gpus(state: ClusterState) -> tuple[float, float]:
     """``(GPUs ready or provisioning, of them free: idle on ready nodes or still provisioning)``."""
-    capacity = idle = 0.0
-    for node in state.nodes.values():
-        if node.status is NodeStatus.READY:
-            capacity += len(node.gpus)
-            idle += node.free_whole
-        elif node.status is NodeStatus.PROVISIONING:
-            capacity += len(node.gpus)
-            idle += len(node.gpus)
-    return capacity, idle
+    coming = sum(provisioning_gpus(p) for p in state.pools.values())
+    idle = sum(p.free_whole_gpus() for p in state.pools.values())
+    return float(state.capacity_gpus() + coming), float(idle + coming)
 
 
 class _Holdings:
