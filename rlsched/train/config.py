@@ -44,6 +44,8 @@ An experiment names what to train on and how (keys not listed are errors with a
                                         # (training and serving alike; see rlsched.policies.rules.preempt_long)
     mig_resplit: {max_per_pass: 4}      # optional: re-split idle MIG GPUs for blocked jobs as a rule; the
                                         # policy's own re-split actions are masked (rlsched.policies.rules.mig_resplit)
+    serve_rules:                        # optional: rule parameters changed for serving only (evaluation,
+      deadline_guard: {trust_deadline: true}  # gate, model folder); training keeps the rules above
     trace_families:                     # optional: a cluster's own exported history (rlsched trace export)
       - path: ../exports/jobs.csv       # canonical trace; added to scenarios (mixed with the generator's)
         fleet: 2x8xH100-80GB            # the pools it ran on (a --cluster string)
@@ -406,6 +408,9 @@ class Experiment:
     consolidate: ConsolidateParams | None = None
     preempt_long: PreemptLongParams | None = None
     mig_resplit: MigResplitParams | None = None
+    #: rule parameters changed for serving only - the final evaluation, the gate, the model folder - while
+    #: the network trains behind the rules as written: ``{rule: {key: value}}`` for rules the experiment has
+    serve_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     gate: GateParams | None = field(default_factory=GateParams)
     generated: GeneratedParams | None = None
     generated_markets: GeneratedMarketsParams | None = None
@@ -420,10 +425,22 @@ class Experiment:
     #: is tagged with it instead): where a run executes is not part of the experiment.
     ray: str = ""
 
-    def rule_params(self) -> dict[str, dict[str, Any]]:
-        """The rules the policy is trained and served behind: ``{rule name: constructor arguments}``."""
+    def trained_rule_params(self) -> dict[str, dict[str, Any]]:
+        """The rules the network trains behind: ``{rule name: constructor arguments}``."""
         rules = ((name, getattr(self, name)) for name in RULE_PARAMS)
         return {name: p.params() for name, p in rules if p is not None}
+
+    def rule_params(self) -> dict[str, dict[str, Any]]:
+        """The rules the policy is served behind (saved with the model, evaluated, gated): the trained ones
+        with ``serve_rules`` applied.
+
+        A serving-only change exists because training behind a rule changes what the network learns to
+        do around it: a rule measured at no cost in front of a trained network may cost more once the
+        network is retrained behind it (BENCHMARKS.md, "trust_deadline"), so a recipe may keep the
+        training rules and change them for serving, and the card records both.
+        """
+        trained = self.trained_rule_params()
+        return {name: {**args, **self.serve_rules.get(name, {})} for name, args in trained.items()}
 
     def flat_params(self) -> dict[str, Any]:
         """Parameters for MLflow (nested keys joined with dots)."""
@@ -540,18 +557,43 @@ def _forecast(d: Any) -> ForecastParams:
     return fp
 
 
-def _rule(name: str, d: Any, cls: type) -> Any:
-    """A rule's parameters (None: the rule is off), checked by building the rule."""
+def _rule(name: str, d: Any, cls: type, where: str = "") -> Any:
+    """A rule's parameters (None: the rule is off), checked by building the rule; errors name ``where``
+    (default: the rule's own key)."""
     if d is None:
         return None
-    got = _sub(name, d, cls)
+    got = _sub(where or name, d, cls)
     from rlsched.policies.rules import build_rules
 
     try:
         build_rules({name: got.params()})
     except ValueError as exc:
-        raise ExperimentError(str(exc)) from None
+        msg = str(exc).removeprefix(f"{name}: ")
+        raise ExperimentError(f"{where or name}: {msg}") from None
     return got
+
+
+def _serve_rules(d: Any, data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``serve_rules:`` - ``{rule: {key: value}}`` for rules the experiment trains behind, each merged rule
+    checked by building it (absent: none)."""
+    if d is None:
+        return {}
+    if not isinstance(d, dict):
+        raise ExperimentError(f"serve_rules: expected a mapping of rule names to parameters, got {d!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, changes in d.items():
+        where = f"serve_rules.{name}"
+        if name not in RULE_PARAMS:
+            raise ExperimentError(f"{where}: unknown rule{name_hint(str(name), RULE_PARAMS)}; "
+                                  f"known: {', '.join(RULE_PARAMS)}")
+        if data.get(name) is None:
+            raise ExperimentError(f"{where}: the experiment trains behind no {name}; serve_rules only changes "
+                                  "the parameters of a rule the network trains behind")
+        if not isinstance(changes, dict) or not changes:
+            raise ExperimentError(f"{where}: expected a mapping of the rule's parameters to serve with")
+        _rule(name, {**data[name], **changes}, RULE_PARAMS[name], where)
+        out[str(name)] = dict(changes)
+    return out
 
 
 def _gate(d: Any) -> GateParams | None:
@@ -889,6 +931,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),
         mlflow=_sub("mlflow", data.get("mlflow"), MlflowParams), forecast=_forecast(data.get("forecast")),
         **{name: _rule(name, data.get(name), cls) for name, cls in RULE_PARAMS.items()},
+        serve_rules=_serve_rules(data.get("serve_rules"), data),
         gate=_gate(data.get("gate")), generated=_generated(data.get("generated")),
         generated_markets=_generated_markets(data.get("generated_markets")),
         selector=_selector(data.get("selector")),

@@ -99,6 +99,9 @@ def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
         "trained_actions": facts.trained_actions.to_dict(),
         "forecast": facts.forecast,
         **{name: exp.rule_params().get(name) for name in RULE_PARAMS},
+        # serving-only rule changes, and the rules as trained (a retrain trains behind these, not the served)
+        "serve_rules": exp.serve_rules or None,
+        "trained_rules": exp.trained_rule_params() if exp.serve_rules else None,
     }
 
 
@@ -178,6 +181,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         *([f"- {_ACTIONS_LINE['selector' if card.get('selector') else 'slots']}: "
            f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
         *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
+        *([f"- served, not trained, with: {card['serve_rules']} (the network trained behind the rules without these "
+           "changes; the evaluation and gate tables are served with them)"] if card.get("serve_rules") else []),
         "",
         f"On the evaluation windows the policy's mean JCT is {ratio_text(rel.get('jct_vs_weighted_priority'))}x "
         + (f"weighted-priority's at {ratio_text(rel.get('cost_vs_weighted_priority'))}x its cost."

@@ -120,7 +120,11 @@ def _source_settings(source: str, work_dir: Path) -> tuple[dict[str, Any], str, 
         keys["nominators"] = list(c["nominators"])
     if c.get("preempt_slots"):
         keys["preempt_slots"] = int(c["preempt_slots"])
-    keys.update({rule: dict(params) for rule, params in model.rule_params.items()})
+    # the rules as the source trained behind them, and its serving-only changes as they were
+    trained = model.card.get("trained_rules") or model.rule_params
+    keys.update({rule: dict(params) for rule, params in trained.items()})
+    if model.card.get("serve_rules"):
+        keys["serve_rules"] = {rule: dict(changes) for rule, changes in model.card["serve_rules"].items()}
     return keys, name, folder, version
 
 

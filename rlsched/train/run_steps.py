@@ -174,7 +174,7 @@ def worlds_actions(worlds: list[World], exp: Experiment) -> TrainedActions:
     fleets = TrainedActions.of_fleets((w.scenario.pools for w in worlds), max_pools=exp.max_pools, layouts=layouts,
                                       source=f"training worlds of {exp.source or exp.name}: "
                                              + ", ".join(w.label for w in worlds), preempt_slots=exp.preempt_slots)
-    return fleets.without(owned_actions(exp.rule_params()))  # a rule's actions are the rule's
+    return fleets.without(owned_actions(exp.trained_rule_params()))  # a rule's actions are the rule's
 
 
 @dataclass

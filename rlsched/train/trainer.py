@@ -46,7 +46,7 @@ def _env_kwargs(exp: Experiment) -> dict[str, Any]:
             **({"preempt_slots": exp.preempt_slots} if exp.preempt_slots else {}),
             **({"extra_globals": exp.extra_globals} if exp.extra_globals else {}),
             "episode_jobs": exp.episode_jobs,
-            "reward_weights": exp.reward or None, "max_steps": 20_000, "rules": exp.rule_params()}
+            "reward_weights": exp.reward or None, "max_steps": 20_000, "rules": exp.trained_rule_params()}
 
 
 def make_vec_env(exp: Experiment, worlds: list[World], seed: int, *, ray: str | None = None,
