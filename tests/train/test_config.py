@@ -105,6 +105,17 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("extra_globals: [estimate_error]\n", "unknown feature 'estimate_error' .did you mean 'estimate_log_error'"),
         ("extra_globals: estimate_log_error\n", "extra_globals must be a list of names"),
         ("bc: {select_episodes: 0}\n", "bc.select_episodes must be >= 1 and bc.select_jobs >= 0"),
+        ("deadline_guard: {}\nserve_rules: {deadline_gaurd: {preempt: true}}\n",
+         "serve_rules.deadline_gaurd: unknown rule .did you mean 'deadline_guard'"),
+        ("serve_rules: {consolidate: {min_hold_s: 60}}\n",
+         "serve_rules.consolidate: the experiment trains behind no consolidate"),
+        ("deadline_guard: {}\nserve_rules: {deadline_guard: {trust_deadlines: true}}\n",
+         "serve_rules.deadline_guard: .*did you mean 'trust_deadline'"),
+        ("deadline_guard: {}\nserve_rules: {deadline_guard: {margin_frac: -1}}\n",
+         "serve_rules.deadline_guard: margin_frac, min_margin_s and restart_overhead_s must be >= 0"),
+        ("deadline_guard: {}\nserve_rules: {deadline_guard: {}}\n",
+         "serve_rules.deadline_guard: expected a mapping of the rule's parameters"),
+        ("deadline_guard: {}\nserve_rules: [deadline_guard]\n", "serve_rules: expected a mapping of rule names"),
     ],
 )
 def test_bad_keys_and_values(tmp_path: Path, extra: str, needle: str) -> None:
@@ -121,6 +132,29 @@ def test_deadline_guard_is_off_unless_given(tmp_path: Path) -> None:
                                            "backlog_buy": False, "trust_deadline": False}
     assert exp.flat_params()["deadline_guard.margin_frac"] == pytest.approx(0.1)
     assert exp.rule_params() == {"deadline_guard": exp.deadline_guard.params()}
+
+
+def test_serve_rules_change_what_is_served_not_what_is_trained(tmp_path: Path) -> None:
+    exp = load_experiment(write(tmp_path, BASE + "deadline_guard: {preempt: true}\nconsolidate: {}\n"
+                                "serve_rules:\n  deadline_guard: {trust_deadline: true, margin_frac: 0.5}\n"))
+    trained, served = exp.trained_rule_params(), exp.rule_params()
+    assert trained["deadline_guard"]["trust_deadline"] is False and trained["deadline_guard"]["margin_frac"] == 0.25
+    assert served["deadline_guard"] == {**trained["deadline_guard"], "trust_deadline": True, "margin_frac": 0.5}
+    assert served["consolidate"] == trained["consolidate"]  # a rule serve_rules does not name is served as trained
+    assert exp.flat_params()["serve_rules.deadline_guard.trust_deadline"] is True
+    plain = load_experiment(write(tmp_path, BASE + "deadline_guard: {}\n"))
+    assert plain.serve_rules == {} and plain.rule_params() == plain.trained_rule_params()
+
+
+def test_training_environments_get_the_trained_rules(tmp_path: Path) -> None:
+    from rlsched.train.run_steps import worlds_actions
+    from rlsched.train.trainer import _env_kwargs
+
+    exp = load_experiment(write(tmp_path, BASE + "deadline_guard: {}\n"
+                                "serve_rules: {deadline_guard: {trust_deadline: true}}\n"))
+    assert _env_kwargs(exp)["rules"] == exp.trained_rule_params()
+    assert _env_kwargs(exp)["rules"]["deadline_guard"]["trust_deadline"] is False
+    assert worlds_actions([], exp).to_dict() == worlds_actions([], replace(exp, serve_rules={})).to_dict()
 
 
 def test_consolidation_is_off_unless_given(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,16 @@ def test_markdown_names_the_heuristics_that_still_win_and_the_rules() -> None:
     assert "- training worlds: 8 (w0, w1, w2, w3, w4, w5, ...)" in text
     assert "Heuristics that still beat it on mean JCT: sjf." in text
     assert "- deadline guard: " in text and text.endswith("TABLE\n")
+
+
+def test_card_records_serving_only_rule_changes_and_the_trained_rules() -> None:
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    plain = build_card(exp, _facts())
+    assert plain["serve_rules"] is None and plain["trained_rules"] is None
+    assert "served, not trained" not in model_card_markdown(plain, "")
+    served = replace(exp, serve_rules={"deadline_guard": {"trust_deadline": True}})
+    card = build_card(served, _facts())
+    assert card["deadline_guard"]["trust_deadline"] is True  # the folder's rules are the served ones
+    assert card["trained_rules"]["deadline_guard"]["trust_deadline"] is False
+    assert card["serve_rules"] == {"deadline_guard": {"trust_deadline": True}}
+    assert "- served, not trained, with: {'deadline_guard': {'trust_deadline': True}}" in model_card_markdown(card, "")

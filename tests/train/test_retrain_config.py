@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -118,3 +120,25 @@ def test_the_retrain_gate_is_promotes(tmp_path: Path) -> None:
     checks = gate_checks(card)
     assert [c.ok for c in checks][:3] == [True, True, True]
     assert not checks[-1].ok and "no workload-family evaluation" in checks[-1].text
+
+
+def test_retrain_trains_behind_the_trained_rules_and_serves_the_changes(tmp_path: Path) -> None:
+    from rlsched.train.retrain import RetrainOptions, _source_settings, write_experiment
+
+    folder = tmp_path / "spot"
+    shutil.copytree(ROOT / "models" / "spot", folder)
+    card = json.loads((folder / "card.json").read_text())
+    served = {**json.loads((folder / "deadline_guard.json").read_text()), "trust_deadline": True}
+    trained = {**served, "trust_deadline": False}
+    card.update(serve_rules={"deadline_guard": {"trust_deadline": True}},
+                trained_rules={"deadline_guard": trained, "consolidate": card["consolidate"]})
+    (folder / "card.json").write_text(json.dumps(card))
+    (folder / "deadline_guard.json").write_text(json.dumps(served))
+    work = tmp_path / "work"
+    keys, name, *_ = _source_settings(str(folder), work)
+    assert keys["deadline_guard"] == trained and keys["serve_rules"] == card["serve_rules"]
+    work.mkdir()
+    opts = RetrainOptions(state_dir=tmp_path, source=str(folder), fleet="2x8xA100-80GB", work_dir=work)
+    exp = load_experiment(write_experiment(opts, trace(tmp_path), name, keys))
+    assert exp.trained_rule_params()["deadline_guard"] == trained
+    assert exp.rule_params()["deadline_guard"] == served
