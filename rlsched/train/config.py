@@ -193,7 +193,9 @@ class DeadlineGuardParams:
     Absent from an experiment: no guard. Present: the guard runs at every decision
     point of every training episode, teacher rollout and evaluation, before the policy
     acts, and is saved with the model (``deadline_guard.json``) so that serving runs it
-    too - a guard the policy never trained with would change the states it sees.
+    too - a guard the policy never trained with would change the states it sees. A switch
+    measured to help only when served goes in ``serve_rules`` instead
+    (:meth:`Experiment.rule_params`).
     """
 
     margin_frac: float = 0.25
