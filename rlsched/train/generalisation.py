@@ -38,6 +38,8 @@ unseen spot family.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -229,15 +231,16 @@ def evaluate_families(
     card: dict[str, Any] | None = None,
     windows: int = 6,
     max_jobs: int = 2000,
-    processes: int = 1,
+    processes: int | None = 1,
     progress: Callable[[int, int, float], None] | None = None,
     ray: str | None = None,
 ) -> FamilyReport:
     """Replay every family's windows under the candidate (``model_ref``; None: heuristics only).
 
-    The replays run in this process, in ``processes`` worker processes, or with ``ray`` (a Ray
-    address, ``auto`` or ``HOST:PORT``) as one Ray task each over the cluster; every replay is
-    deterministic, so all three give the same numbers.
+    The replays run in this process, in ``processes`` worker processes (None: as many as
+    :func:`local_processes` finds worth starting), or with ``ray`` (a Ray address, ``auto`` or
+    ``HOST:PORT``) as one Ray task each over the cluster; every replay is deterministic, so all
+    three give the same numbers.
 
     ``card`` is the candidate's model card: windows of traces it saw are not cut and
     its exposure to each family is recorded. Families whose data is missing are
@@ -273,7 +276,8 @@ def evaluate_families(
                       if spot_of[i] else w for i, w in enumerate(worlds)]
     tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled)]
     t0 = time.perf_counter()
-    results, choices = _replay_all(worlds, tasks, model_ref, processes=processes, ray=ray, progress=progress)
+    procs = local_processes(len(tasks)) if processes is None else processes
+    results, choices = _replay_all(worlds, tasks, model_ref, processes=procs, ray=ray, progress=progress)
     report.wall_s = time.perf_counter() - t0
     for i, w in enumerate(worlds):
         target: dict[str, Any] = report.spot_windows if spot_of[i] else report.windows
@@ -284,6 +288,18 @@ def evaluate_families(
     report.summaries = {f: summarise(rows) for f, rows in report.windows.items()}
     report.summaries.update({f: summarise_spot(rows) for f, rows in report.spot_windows.items()})
     return report
+
+
+#: replays a worker process must have to repay its start (importing the package, loading the model)
+REPLAYS_PER_PROCESS = 40
+
+
+def local_processes(replays: int) -> int:
+    """Worker processes worth starting on this machine for ``replays`` replays: one per CPU this
+    process may use (at most 8), fewer when each would get under :data:`REPLAYS_PER_PROCESS`;
+    1 means replay here."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, 8, replays // REPLAYS_PER_PROCESS))
 
 
 def _replay_all(worlds: list[Any], tasks: list[tuple[int, str, bool]], model_ref: str | None, *, processes: int,
@@ -308,7 +324,11 @@ def _replay_all(worlds: list[Any], tasks: list[tuple[int, str, bool]], model_ref
     if ray is not None and tasks:
         _run_on_ray(ray, worlds, tasks, _model() if model_ref else None, record)
     elif processes > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(processes, initializer=_init, initargs=(worlds, model_ref)) as pool:
+        # spawned, not forked: a training run's gate starts workers from a process that has run torch's
+        # thread pools, which a fork would copy mid-flight (workers import the package and load the model)
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=spawn, initializer=_init,
+                                 initargs=(worlds, model_ref)) as pool:
             for i, n, r, chosen in pool.map(_run, tasks, chunksize=1):
                 record(i, n, r, chosen)
     else:

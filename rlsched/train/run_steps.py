@@ -359,7 +359,7 @@ def family_gate(exp: Experiment, folder: Path, card: dict[str, Any], log: Callab
     log(f"judging the policy on {len(fams)} workload families (promotion gate: "
         f"{gate_rules([f.kind for f in fams])}) ...")
     report = evaluate_families(fams, str(folder), card=card, windows=exp.gate.windows, max_jobs=exp.gate.max_jobs,
-                               ray=ray)
+                               processes=None, ray=ray)
     card["metrics"]["families"] = {"summary": report.summaries, "exposure": report.exposure,
                                    "skipped": report.skipped, "windows": report.windows,
                                    "spot_windows": report.spot_windows, "choices": report.choices,

@@ -89,3 +89,29 @@ def test_choice_lines_give_each_family_its_shares_most_first() -> None:
     assert choice_lines(report, ["gen-a"]) == [
         "gen-a: sjf 90%, best-fit 10% of 100 choices; 35 of them unsure, given to the default (the network "
         "preferred best-fit 30, fair-share 5)"]
+
+
+def test_local_processes_start_workers_only_for_replays_that_repay_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from rlsched.train import generalisation as g
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    per = g.REPLAYS_PER_PROCESS
+    assert [g.local_processes(n) for n in (0, per - 1, per, 3 * per, 100 * per)] == [1, 1, 1, 3, 8]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert g.local_processes(100 * per) == 2
+
+
+def test_spawned_workers_replay_what_this_process_replays() -> None:
+    from pathlib import Path
+
+    from rlsched.train.families import resolve
+    from rlsched.train.generalisation import evaluate_families
+
+    fams = resolve(["gen-tiny-fleet"])
+    model = str(Path(__file__).resolve().parents[2] / "models" / "default")
+    here = evaluate_families(fams, model, windows=2, max_jobs=60)
+    pooled = evaluate_families(fams, model, windows=2, max_jobs=60, processes=2)
+    assert pooled.windows == here.windows and pooled.summaries == here.summaries
+    assert pooled.choices == here.choices and sum(here.choices["gen-tiny-fleet"].values()) >= 1
