@@ -192,15 +192,10 @@ class DeadlineGuard:
                  **switches: bool) -> None:
         if margin_frac < 0 or min_margin_s < 0 or restart_overhead_s < 0:
             raise ValueError("margin_frac, min_margin_s and restart_overhead_s must be >= 0")
-        on = GuardSwitches(**switches)
         self.margin_frac = margin_frac
         self.min_margin_s = min_margin_s
         self.restart_overhead_s = restart_overhead_s
-        self.spot_last_resort = on.spot_last_resort
-        self.preempt = on.preempt
-        self.gangs_off_spot = on.gangs_off_spot
-        self.backlog_buy = on.backlog_buy
-        self.trust_deadline = on.trust_deadline
+        self.switches = GuardSwitches(**switches)
         self._wake_pending = -math.inf
         self._memo_key: tuple[int, float, int, int] | None = None
         self._estimates: dict[tuple[str, int, int], float] = {}
@@ -237,7 +232,7 @@ class DeadlineGuard:
         work = believed_work(state.estimator.estimate(job) if estimate is None else estimate, progress)
         remaining = min(work - progress, max(allowance - progress, 0.0))
         margin = max(self.margin_frac * allowance, self.min_margin_s)
-        if self.trust_deadline and work >= allowance:
+        if self.switches.trust_deadline and work >= allowance:
             # an estimate that reaches the whole allowance says the estimator does not know this job;
             # believe the user instead: it fits the allowance less the margin, so it is not hopeless
             remaining = max(allowance - margin - progress, 0.0)
@@ -300,7 +295,7 @@ class DeadlineGuard:
                 due.append(u)
                 continue
             nxt = min(nxt, state.time + u.slack)
-            if self.gangs_off_spot and run.job.preemptible:
+            if self.switches.gangs_off_spot and run.job.preemptible:
                 shape = run.shape
                 if shape not in spot_rooms:  # it depends on the request shape alone
                     spot_rooms[shape] = spot_can_hold_gang(state, run)
@@ -330,14 +325,14 @@ class DeadlineGuard:
                 continue
             if _want(state, run, PoolKind.ONDEMAND, demand) or not urgent:
                 continue
-            if self.spot_last_resort and run.job.preemptible:
+            if self.switches.spot_last_resort and run.job.preemptible:
                 target = place_in_tiers(state, run, [[PoolKind.SPOT]])
                 if target is not None:
                     yield Place(run.job.job_id, target)
                     continue
                 if _want(state, run, PoolKind.SPOT, demand):
                     continue
-            if self.preempt:
+            if self.switches.preempt:
                 # A search that failed for a request shape fails for any later job of that shape that
                 # would hold the victim as long or longer: this pass only removes candidates.
                 shape = run.shape
@@ -355,7 +350,7 @@ class DeadlineGuard:
                 if target is not None:
                     yield Place(run.job.job_id, target)
         yield from scale_for_demand(state, demand, self.max_step)
-        if self.backlog_buy:
+        if self.switches.backlog_buy:
             yield from self._backlog(state)
         wake = nxt + _WAKE_AFTER_S
         if wake < math.inf and not (state.time < self._wake_pending <= wake):
@@ -450,7 +445,7 @@ class DeadlineGuard:
                 free -= run.job.num_gpus
                 yield place
         pool = _growable_pool(state, binding, PoolKind.ONDEMAND)
-        if pool is None and self.spot_last_resort and binding.job.preemptible:
+        if pool is None and self.switches.spot_last_resort and binding.job.preemptible:
             pool = _growable_pool(state, binding, PoolKind.SPOT)
         if pool is None:
             return
