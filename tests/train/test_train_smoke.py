@@ -30,6 +30,7 @@ def smoke_exp(tmp_path: Path, model_name: str) -> Path:
     text = (ROOT / "experiments" / "smoke.yaml").read_text()
     text = text.replace("output: ../runs/smoke/model", f"output: {tmp_path / 'model'}")
     text += f"mlflow: {{experiment: smoke-tests, registered_model: {model_name}}}\n"
+    text += "serve_rules:\n  deadline_guard: {trust_deadline: true}\n"  # served, not trained (checked below)
     exp = tmp_path / "smoke.yaml"
     exp.write_text(text)
     return exp
@@ -93,6 +94,11 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert card["deadline_guard"]["margin_frac"] == 0.25
     assert "- deadline guard:" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
     assert list((tmp_path / "cache").rglob("deadline_guard.json")), "the registry's copy lost deadline_guard.json"
+    # ... as served: with the experiment's serve_rules, which its training did not have
+    copied = json.loads(next((tmp_path / "cache").rglob("deadline_guard.json")).read_text())
+    assert copied["trust_deadline"] is True and card["deadline_guard"]["trust_deadline"] is True
+    assert card["trained_rules"]["deadline_guard"]["trust_deadline"] is False
+    assert "- served, not trained, with:" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
 
     # --resume continues from the last checkpoint rather than starting over
     ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step-*.zip"))
