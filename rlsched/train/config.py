@@ -438,7 +438,7 @@ class Experiment:
 
         A serving-only change exists because training behind a rule changes what the network learns to
         do around it: a rule measured at no cost in front of a trained network may cost more once the
-        network is retrained behind it (BENCHMARKS.md, "trust_deadline"), so a recipe may keep the
+        network is retrained behind it (BENCHMARKS.md, "Deadlines trusted when served"), so a recipe may keep the
         training rules and change them for serving, and the card records both.
         """
         trained = self.trained_rule_params()
