@@ -29,10 +29,14 @@ and the candidate. Per family (:func:`summarise_spot`): each competitor's cost r
 to ``ondemand-autoscale`` (the on-demand-only reference; a mean of per-window ratios),
 its deadline misses and lost GPU-hours (totals over the windows); the **best baseline**
 is the cheapest among those with the fewest misses, the **cheapest baseline** the
-cheapest regardless of misses. The gate's spot rule: a candidate fails a spot family
-when it has more deadline misses than the best baseline (lost GPU-hours and cost against
-the cheapest baseline are reported beside it). A spot model (the card says so:
-:func:`~rlsched.train.families.is_spot_model`) must have been judged on at least one
+cheapest regardless of misses. A candidate cloned from a codec-space teacher that is not a
+registered heuristic (``sjf-spot-first``, the spot recipe's) also faces that teacher, behind the
+same rules (``teacher:NAME+rules``), as one more baseline: a network must beat the heuristic it
+imitates, or its training added nothing (BENCHMARKS.md, "The network against its own teacher").
+The gate's spot rule: a candidate fails a spot family when it has more deadline misses than
+the best baseline (lost GPU-hours and cost against the cheapest baseline are reported beside
+it). A spot model (the card says so: :func:`~rlsched.train.families.is_spot_model`) must have
+been judged on at least one
 unseen spot family.
 """
 
@@ -59,6 +63,8 @@ GATE_TOLERANCE = 0.02
 
 #: Suffix of a heuristic run behind the candidate's rules.
 RULED = "+rules"
+#: Prefix of the candidate's behaviour-cloning teacher replayed as a spot baseline (:func:`cloned_teacher`).
+TEACHER = "teacher:"
 
 #: The baselines of a spot family (``benchmarks/cost_report.py``'s), the reference first.
 SPOT_BASELINES = ("ondemand-autoscale", "ondemand-static", "spot-greedy", "spot-fallback", "uniform-progress")
@@ -157,6 +163,8 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> Repl
         choices.update({OVERRULED + h: c for h, c in (getattr(sched, "overruled", None) or {}).items()})
     elif name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
+    elif name.startswith(TEACHER):
+        rep = run_world(world, _teacher_scheduler(model(), name))
     elif name.endswith(RULED):
         from rlsched.policies.rules import RuledScheduler
 
@@ -167,6 +175,20 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> Repl
     if spot:
         return {k: float(result[k]) for k in SPOT_METRICS}, choices
     return float(result["mean_jct_s"]), choices
+
+
+def _teacher_scheduler(model: Any, name: str) -> Any:
+    """``teacher:RULE[+rules]`` for ``model``: the teacher through the model's codec shape, behind the
+    rules the model is served with (when the name says so), as the training's final evaluation runs it."""
+    from rlsched.train.teacher import TeacherScheduler
+
+    ruled = name.endswith(RULED)
+    rule = name[len(TEACHER): -len(RULED) if ruled else None]
+    p = model.codec_params
+    sched = TeacherScheduler(rule, p["window"], p["max_pools"], rules=model.rule_params if ruled else None,
+                             nominators=tuple(p.get("nominators", ())), preempt_slots=p.get("preempt_slots", 0))
+    sched.name = name
+    return sched
 
 
 def _ray_replay(world: Any, name: str, spot: bool, model: Any) -> Replayed:
@@ -207,16 +229,36 @@ def _run_on_ray(address: str, worlds: list[Any], tasks: list[tuple[int, str, boo
             ray.cancel(ref)
 
 
-def competitors(spot: bool, model_ref: str | None, ruled: bool) -> list[str]:
+def cloned_teacher(card: dict[str, Any]) -> str | None:
+    """The codec-space teacher a model was cloned from, when it is a heuristic of its own (None otherwise).
+
+    ``sjf-spot-first`` is one: a cost policy no registered baseline reproduces. A registered
+    heuristic's name (``sjf``, ``weighted-priority``) is left out - its own, unwindowed, row is
+    already there - and so are the teachers that pick or follow others, and selector labels.
+    """
+    from rlsched.policies import available
+    from rlsched.train.teacher import PICKERS, TEACHERS
+
+    name = (card.get("behaviour_cloning") or {}).get("teacher")
+    if not isinstance(name, str) or name not in TEACHERS or name in PICKERS or name in available():
+        return None
+    return name
+
+
+def competitors(spot: bool, model_ref: str | None, ruled: bool, teacher: str | None = None) -> list[str]:
     """Who replays a world: on-prem heuristics and the bound, or the spot baselines; then the candidate.
 
     ``ruled`` (the candidate has rules) adds every heuristic behind the same rules
-    (on a spot family every spot baseline but the on-demand-only ones).
+    (on a spot family every spot baseline but the on-demand-only ones). ``teacher``
+    (:func:`cloned_teacher`) adds the candidate's teacher on spot families, behind the
+    candidate's rules when it has any.
     """
     if spot:
         names = list(SPOT_BASELINES)
         if model_ref and ruled:
             names += [b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY]
+        if model_ref and teacher:
+            names.append(TEACHER + teacher + (RULED if ruled else ""))
     else:
         names = [*HEURISTICS, BOUND]
         if model_ref and ruled:
@@ -265,16 +307,18 @@ def evaluate_families(
         fam_of.extend([key] * len(ws))
         spot_of.extend([f.kind == "spot"] * len(ws))
     ruled = False
+    teacher: str | None = None
     if model_ref:
         _init([], model_ref)
         ruled = bool(_model().new_rules())
+        teacher = cloned_teacher(getattr(_model(), "card", None) or {})
         forecast = getattr(_model(), "forecast", None)
         if forecast is not None:
             # Spot replays run with the model's demand forecaster, every competitor alike
             # (as ``rlsched simulate`` and the cost report do): its policy reads the forecast.
             worlds = [replace(w, forecaster=forecast.forecaster, forecast_horizon_s=forecast.horizon_s)
                       if spot_of[i] else w for i, w in enumerate(worlds)]
-    tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled)]
+    tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled, teacher)]
     t0 = time.perf_counter()
     procs = local_processes(len(tasks)) if processes is None else processes
     results, choices = _replay_all(worlds, tasks, model_ref, processes=procs, ray=ray, progress=progress)
@@ -671,7 +715,8 @@ def choice_lines(report: FamilyReport, order: Sequence[str] | None = None) -> li
 #: Caption of :func:`spot_table` (what "best" means there).
 SPOT_CAPTION = ("Cost is relative to ondemand-autoscale (on-demand only), a mean of per-window ratios; misses and "
                 "lost GPU-hours are totals over the windows. Best baseline = the cheapest among the baselines with "
-                "the fewest deadline misses (NAME+rules: behind the candidate's rules); cheapest = the cheapest "
+                "the fewest deadline misses (NAME+rules: behind the candidate's rules; teacher:NAME: the heuristic the "
+                "candidate was cloned from); cheapest = the cheapest "
                 "baseline regardless of misses. The 95% interval is a bootstrap over the windows of the model's mean "
                 "cost ratio to the best baseline, picked again in every resample. Gate: the candidate fails a family "
                 "with more misses than the best baseline.")

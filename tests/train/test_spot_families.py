@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,10 +126,47 @@ def test_a_ruled_spot_model_meets_the_spot_baselines_behind_the_same_rules() -> 
                             windows=1, max_jobs=40)
     row = next(iter(rep.spot_windows["spot-cheap-stable"].values()))
     ruled = {n for n in row if n.endswith("+rules")}
-    assert ruled == {"spot-greedy+rules", "spot-fallback+rules", "uniform-progress+rules"}  # on-demand-only: bare
+    # on-demand-only: bare; the teacher the network was cloned from joins, behind the same rules
+    assert ruled == {"spot-greedy+rules", "spot-fallback+rules", "uniform-progress+rules",
+                     "teacher:sjf-spot-first+rules"}
     s = rep.summaries["spot-cheap-stable"]
     assert CANDIDATE in row and "model_misses" in s and set(s["baselines"]) == set(SPOT_BASELINES) | ruled
     assert "| spot-cheap-stable | unseen | 1 |" in spot_table(rep) and "model cost vs OD" in spot_table(rep)
+
+
+def test_the_teacher_row_is_the_teacher_replayed_behind_the_models_served_rules() -> None:
+    from rlsched.learned.ppo import load_policy_ref
+    from rlsched.train.evaluate import run_world
+    from rlsched.train.teacher import TeacherScheduler
+
+    fam = resolve(["spot-cheap-stable"])
+    rep = evaluate_families(fam, str(ROOT / "models" / "spot"), card=_card("spot"), windows=1, max_jobs=60)
+    label, row = next(iter(rep.spot_windows["spot-cheap-stable"].items()))
+    model = load_policy_ref(str(ROOT / "models" / "spot"))
+    assert model.rule_params["deadline_guard"]["trust_deadline"] is True  # served, not trained, parameters
+    world = next(w for w in fam[0].windows(1, 60) if w.label == label)
+    assert model.forecast is not None
+    world = replace(world, forecaster=model.forecast.forecaster, forecast_horizon_s=model.forecast.horizon_s)
+    mine = run_world(world, TeacherScheduler("sjf-spot-first", 16, 4, rules=model.rule_params)).result()
+    assert row["teacher:sjf-spot-first+rules"] == {k: float(mine[k]) for k in row[CANDIDATE]}
+    assert "teacher:sjf-spot-first+rules" in rep.summaries["spot-cheap-stable"]["baselines"]
+
+
+def test_only_a_teacher_of_its_own_joins_the_baselines() -> None:
+    from rlsched.train.generalisation import cloned_teacher, competitors
+
+    def card(teacher: str | None) -> dict[str, Any]:
+        return {"behaviour_cloning": {"teacher": teacher}} if teacher else {}
+
+    assert cloned_teacher(card("sjf-spot-first")) == "sjf-spot-first"
+    # registered heuristics already have their own row; pickers, follow teachers and selector labels are not one
+    for other in ("sjf", "weighted-priority", "best-follow", "lookahead", "follow:sjf", "selector-labels", None):
+        assert cloned_teacher(card(other)) is None
+    assert cloned_teacher({"behaviour_cloning": None}) is None
+    assert competitors(True, "m", True, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first+rules", CANDIDATE]
+    assert competitors(True, "m", False, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first", CANDIDATE]
+    assert not any(n.startswith("teacher:") for n in competitors(False, "m", True, "sjf-spot-first"))
+    assert not any(n.startswith("teacher:") for n in competitors(True, None, False, "sjf-spot-first"))
 
 
 def test_generated_market_worlds_keep_the_jobs_and_fleet_under_drawn_markets() -> None:
