@@ -28,6 +28,14 @@ _RULE_LINES = (
 )
 
 
+def _served_only(card: dict[str, Any], rule: str) -> str:
+    """What of ``rule``'s parameters (shown as served) the network did *not* train behind: ``; trained with
+    KEY=V, served with KEY=W`` per key ``serve_rules`` changes (empty when serving changes none of them)."""
+    changed = (card.get("serve_rules") or {}).get(rule) or {}
+    trained = (card.get("trained_rules") or {}).get(rule) or {}
+    return "".join(f"; trained with {k}={trained.get(k)!r}, served with {k}={v!r}" for k, v in changed.items())
+
+
 def git_commit() -> str:
     """The commit of the checkout this package runs from, or ``unknown`` outside git."""
     try:
@@ -180,7 +188,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         *_unsure_line(card),
         *([f"- {_ACTIONS_LINE['selector' if card.get('selector') else 'slots']}: "
            f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),
-        *(f"- {title}: {card[name]} ({where}; `{name}.json`)" for name, title, where in _RULE_LINES if card.get(name)),
+        *(f"- {title}: {card[name]} ({where}; `{name}.json`){_served_only(card, name)}"
+          for name, title, where in _RULE_LINES if card.get(name)),
         *([f"- served, not trained, with: {card['serve_rules']} (the network trained behind the rules without these "
            "changes; the evaluation and gate tables are served with them)"] if card.get("serve_rules") else []),
         "",

@@ -82,4 +82,10 @@ def test_card_records_serving_only_rule_changes_and_the_trained_rules() -> None:
     assert card["deadline_guard"]["trust_deadline"] is True  # the folder's rules are the served ones
     assert card["trained_rules"]["deadline_guard"]["trust_deadline"] is False
     assert card["serve_rules"] == {"deadline_guard": {"trust_deadline": True}}
-    assert "- served, not trained, with: {'deadline_guard': {'trust_deadline': True}}" in model_card_markdown(card, "")
+    text = model_card_markdown(card, "")
+    assert "- served, not trained, with: {'deadline_guard': {'trust_deadline': True}}" in text
+    # the rule's own line shows the served parameters and says which of them the network never trained behind
+    guard = next(line for line in text.splitlines() if line.startswith("- deadline guard: "))
+    assert "'trust_deadline': True" in guard and guard.endswith(
+        "`deadline_guard.json`); trained with trust_deadline=False, served with trust_deadline=True")
+    assert text.count("; trained with ") == 1  # only the rule serving changes says so
