@@ -36,8 +36,7 @@ imitates, or its training added nothing (BENCHMARKS.md, "The network against its
 The gate's spot rule: a candidate fails a spot family when it has more deadline misses than
 the best baseline (lost GPU-hours and cost against the cheapest baseline are reported beside
 it). A spot model (the card says so: :func:`~rlsched.train.families.is_spot_model`) must have
-been judged on at least one
-unseen spot family.
+been judged on at least one unseen spot family.
 """
 
 from __future__ import annotations
@@ -183,7 +182,7 @@ def _teacher_scheduler(model: Any, name: str) -> Any:
     from rlsched.train.teacher import TeacherScheduler
 
     ruled = name.endswith(RULED)
-    rule = name[len(TEACHER): -len(RULED) if ruled else None]
+    rule = name.removeprefix(TEACHER).removesuffix(RULED)
     p = model.codec_params
     sched = TeacherScheduler(rule, p["window"], p["max_pools"], rules=model.rule_params if ruled else None,
                              nominators=tuple(p.get("nominators", ())), preempt_slots=p.get("preempt_slots", 0))
@@ -311,7 +310,7 @@ def evaluate_families(
     if model_ref:
         _init([], model_ref)
         ruled = bool(_model().new_rules())
-        teacher = cloned_teacher(getattr(_model(), "card", None) or {})
+        teacher = cloned_teacher(_model().card)  # both kinds of model folder have a card ({} when absent)
         forecast = getattr(_model(), "forecast", None)
         if forecast is not None:
             # Spot replays run with the model's demand forecaster, every competitor alike
