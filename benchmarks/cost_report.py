@@ -50,6 +50,7 @@ from rlsched.scenario import apply_workload_options, build_market, load_jobs
 from rlsched.sim import Engine
 from rlsched.sim.engine import SimConfig
 from rlsched.sim.metrics import Report
+from rlsched.train import generalisation as G
 
 REFERENCE = "ondemand-autoscale"
 #: never put behind --baseline-rules: the reference, and a fleet provisioned for the peak by definition
@@ -91,12 +92,16 @@ class Row:
     report: Report
 
 
-def _policy(name: str, baseline_rules: str = "") -> Any:
+def _policy(name: str, baseline_rules: str = "", model: Any = None) -> Any:
+    """A fresh scheduler for a row: the model, a baseline behind the model's rules or its teacher
+    (``model``, loaded once), or a plain baseline (behind ``--baseline-rules`` if given)."""
     if name.startswith("ppo:"):
         from rlsched.learned.ppo import make_ppo_policy
         from rlsched.train.registry import download_model
 
         return make_ppo_policy(name[4:], fetch=download_model)
+    if name.endswith(G.RULED) or name.startswith(G.TEACHER):
+        return G.competitor_scheduler(name, lambda: model)
     policy = make_policy(name)
     if baseline_rules and name not in ON_DEMAND_ONLY:
         from rlsched.policies.rules import RuledScheduler, build_rules
@@ -105,15 +110,23 @@ def _policy(name: str, baseline_rules: str = "") -> Any:
     return policy
 
 
-def run(args: argparse.Namespace) -> list[Row]:
-    """Every (period, workload, policy) run, in that order."""
-    rows: list[Row] = []
-    forecast = None
-    if args.ppo:
-        from rlsched.learned.ppo import policy_forecast
+def same_rule_rows(model: Any, policies: list[str]) -> list[str]:
+    """The rows issue 16 puts beside a model: each spot baseline behind the model's served rules
+    (``NAME+rules``; not the on-demand-only ones, as in the family benchmark), and the teacher the
+    model was cloned from when it is a heuristic of its own (``teacher:NAME+rules``)."""
+    ruled = bool(model.rule_params)
+    names = [p + G.RULED for p in policies if ruled and p not in ON_DEMAND_ONLY and not p.startswith("ppo:")]
+    teacher = G.cloned_teacher(model.card)
+    if teacher:
+        names.append(G.TEACHER + teacher + (G.RULED if ruled else ""))
+    return names
 
-        # Every policy of a run replays with the PPO model's demand forecaster (as simulate does).
-        forecast = policy_forecast(_policy(f"ppo:{args.ppo}"))
+
+def run(args: argparse.Namespace, model: Any = None) -> list[Row]:
+    """Every (period, workload, policy) run, in that order; ``model`` is ``--ppo``'s, loaded."""
+    rows: list[Row] = []
+    # Every policy of a run replays with the PPO model's demand forecaster (as simulate does).
+    forecast = model.forecast if model is not None else None
     for pname in args.periods:
         period = PERIODS[pname]
         pools = parse_cluster(args.cluster.format(gpu=period.gpu))
@@ -129,7 +142,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                 engine = Engine(pools, jobs, market, SimConfig(seed=args.seed),
                                 forecaster=forecast.new() if forecast else None,
                                 forecast_horizon_s=forecast.horizon_s if forecast else 3600.0)
-                report = engine.run(_policy(name, args.baseline_rules))
+                report = engine.run(_policy(name, args.baseline_rules, model))
                 report.policy = name
                 print(f"  {pname:18s} {wl:7s} {name:20s} {time.perf_counter() - t0:6.1f}s", file=sys.stderr)
                 rows.append(Row(pname, wl, report))
@@ -201,6 +214,36 @@ def target_check(rows: list[Row], policy: str) -> str:
     return "\n".join(out)
 
 
+def baseline_check(rows: list[Row], policy: str) -> str:
+    """Issue 16's spot target, case by case: against the best baseline (the cheapest of those with the
+    fewest misses) no more deadline misses and lost GPU-hours, at a cost no higher than the cheapest
+    baseline's. The baselines are every other row, the ones behind the model's rules and its teacher
+    included - the picks of the family benchmark (:func:`rlsched.train.generalisation.summarise_spot`)."""
+    out = ["| period | workload | cheapest baseline (cost vs on-demand) | policy cost vs cheapest "
+           "| best baseline (misses, lost GPU-h) | policy misses | policy lost GPU-h | met |",
+           "|---|---|---|---:|---|---:|---:|---|"]
+    cases = list(dict.fromkeys((r.period, r.workload) for r in rows))
+    for period, workload in cases:
+        window = {(G.CANDIDATE if r.report.policy == policy else r.report.policy): {
+            "cost_usd": r.report.cost_usd, "deadline_misses": float(r.report.deadline_misses),
+            "lost_gpu_hours": r.report.lost_gpu_hours, "mean_jct_s": r.report.mean_jct_s,
+        } for r in rows if (r.period, r.workload) == (period, workload)}
+        if G.CANDIDATE not in window:
+            continue
+        s = G.summarise_spot({f"{period}/{workload}": window})
+        if not s.get("windows"):
+            continue
+        mine = window[G.CANDIDATE]
+        ok = (s["model_cost_vs_cheapest"] <= 1.0, s["model_misses"] <= s["best_misses"],
+              mine["lost_gpu_hours"] <= s["best_lost_gpu_h"] + 1e-9)
+        out.append(f"| {period} | {workload} | {s['cheapest']} ({s['cheapest_cost_vs_od']:.2f}) "
+                   f"| {s['model_cost_vs_cheapest']:.3f} {'yes' if ok[0] else 'no'} "
+                   f"| {s['best']} ({s['best_misses']}, {s['best_lost_gpu_h']:.1f}) "
+                   f"| {s['model_misses']} {'yes' if ok[1] else 'no'} | {mine['lost_gpu_hours']:.1f} "
+                   f"{'yes' if ok[2] else 'no'} | {'**yes**' if all(ok) else 'no'} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1000, help="jobs per workload (first N of the bundled sample)")
@@ -235,17 +278,31 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--baseline-rules: {exc}")
     if REFERENCE not in args.policies:
         args.policies.insert(0, REFERENCE)
+    model = None
     if args.ppo:
+        from rlsched.errors import RlschedError
+        from rlsched.learned.ppo import load_policy_ref
+        from rlsched.train.registry import download_model
+
+        try:
+            model = load_policy_ref(args.ppo, fetch=download_model)
+        except RlschedError as exc:
+            print(f"error: --ppo {args.ppo}: {exc}", file=sys.stderr)
+            return 2
+        args.policies += same_rule_rows(model, args.policies)
         args.policies.append(f"ppo:{args.ppo}")
     cmd = "python benchmarks/cost_report.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    rows = run(args)
+    rows = run(args, model)
     print(f"Command: `{cmd.strip()}`\n")
     print(f"Fleet `{args.cluster}`, seed {args.seed}, {args.jobs} jobs per workload at load {args.load_factor:g}, "
           f"all preemptible; deadline = submit + {args.deadline_factor:g} x duration + {args.deadline_slack:g} s; "
           f"cost and JCT relative to {REFERENCE} (on-demand only). Periods: "
           + "; ".join(f"`{p}` = {PERIODS[p].gpu}, {PERIODS[p].about}" for p in args.periods) + "."
           + (f" The spot baselines run behind `{args.baseline_rules}` (default parameters)."
-             if args.baseline_rules else "") + "\n")
+             if args.baseline_rules else "")
+          + (f" `NAME+rules`: the baseline behind the rules `ppo:{args.ppo}` is served with "
+             f"({', '.join(sorted(model.rule_params))})." if model is not None and model.rule_params else "")
+          + "\n")
     print(table(rows))
     print("\nSummary over every period and workload (mean of the per-case ratios):\n")
     print(summary(rows))
@@ -253,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nTarget check for ppo:{args.ppo} (cost <= {TARGET_COST}x and JCT <= {TARGET_JCT}x on-demand-only, "
               "deadline misses <= uniform-progress):\n")
         print(target_check(rows, f"ppo:{args.ppo}"))
+        print("\nAgainst the baselines (issue 16: no more deadline misses and lost GPU-hours than the best baseline - "
+              "the cheapest of those with the fewest misses - at a cost <= the cheapest baseline's; every other row "
+              "of the table is a baseline):\n")
+        print(baseline_check(rows, f"ppo:{args.ppo}"))
     return 0
 
 

@@ -154,26 +154,40 @@ def _replay(world: Any, name: str, spot: bool, model: Callable[[], Any]) -> Repl
     from rlsched.train.evaluate import run_world
 
     choices: dict[str, int] = {}
-    if name == CANDIDATE:
-        sched = model().scheduler(CANDIDATE)
-        rep = run_world(world, sched)
-        choices = dict(getattr(sched, "choices", None) or {})  # a selector counts its choices ...
-        # ... and the network's preferences its safe default overruled (keys apart: see choice_lines)
-        choices.update({OVERRULED + h: c for h, c in (getattr(sched, "overruled", None) or {}).items()})
-    elif name == BOUND:
+    if name == BOUND:
         rep = run_world(world, make_policy("sjf"), oracle_durations=True)
-    elif name.startswith(TEACHER):
-        rep = run_world(world, _teacher_scheduler(model(), name))
-    elif name.endswith(RULED):
-        from rlsched.policies.rules import RuledScheduler
-
-        rep = run_world(world, RuledScheduler(make_policy(name[: -len(RULED)]), model().new_rules()))
     else:
-        rep = run_world(world, make_policy(name))
+        sched = competitor_scheduler(name, model)
+        rep = run_world(world, sched)
+        if name == CANDIDATE:
+            choices = dict(getattr(sched, "choices", None) or {})  # a selector counts its choices ...
+            # ... and the network's preferences its safe default overruled (keys apart: see choice_lines)
+            choices.update({OVERRULED + h: c for h, c in (getattr(sched, "overruled", None) or {}).items()})
     result = rep.result()
     if spot:
         return {k: float(result[k]) for k in SPOT_METRICS}, choices
     return float(result["mean_jct_s"]), choices
+
+
+def competitor_scheduler(name: str, model: Callable[[], Any]) -> Any:
+    """A fresh scheduler for competitor ``name`` (any of :func:`competitors` but the bound).
+
+    ``model`` gives the loaded candidate, asked only when the name needs it: the candidate
+    itself, ``NAME+rules`` (a heuristic behind the candidate's served rules) and
+    ``teacher:RULE[+rules]``. The cost report builds its rows with this too, so every
+    comparison puts the same schedulers beside a model.
+    """
+    from rlsched.policies import make_policy
+
+    if name == CANDIDATE:
+        return model().scheduler(CANDIDATE)
+    if name.startswith(TEACHER):
+        return _teacher_scheduler(model(), name)
+    if name.endswith(RULED):
+        from rlsched.policies.rules import RuledScheduler
+
+        return RuledScheduler(make_policy(name[: -len(RULED)]), model().new_rules())
+    return make_policy(name)
 
 
 def _teacher_scheduler(model: Any, name: str) -> Any:
