@@ -235,6 +235,8 @@ class ObservationCodec:
                  preempt_slots: int = 0, extra_globals: Sequence[str] = ()) -> None:
         if window < 1 or max_pools < 1 or layouts < 0 or preempt_slots < 0:
             raise ValueError("window and max_pools must be >= 1, layouts and preempt_slots >= 0")
+        #: the teacher whose choice the observation carries (None: no ``anchor`` key; see :meth:`anchor_to`)
+        self.anchor: str | None = None
         unknown = [g for g in extra_globals if g not in OPTIONAL_GLOBALS]
         if unknown:
             raise ValueError(f"unknown extra global feature {unknown[0]!r} (known: {', '.join(OPTIONAL_GLOBALS)})")
@@ -344,6 +346,8 @@ class ObservationCodec:
                 "actions+=preempt(KP+PL+2P+r),wait-last",
                 "preempt=graceful-checkpointed-only-when-a-window-job-is-blocked",
             ]
+        if self.anchor is not None:
+            parts += [f"anchor={self.anchor}", "anchor=one-hot-of-its-legal-choice"]
         digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return f"gpupool-codec-v{CODEC_VERSION}-{digest}"
 
@@ -360,6 +364,7 @@ class ObservationCodec:
             "n_actions": self.n_actions,
             "nominators": list(self.nomination.names) if self.nomination is not None else [],
             **({"extra_globals": list(self.extra_globals)} if self.extra_globals else {}),
+            **({"anchor": self.anchor} if self.anchor is not None else {}),
             **({"preempt_slots": self.preempt_slots, "running_features": list(self.running_features)}
                if self.preempt_slots else {}),
         }
@@ -391,6 +396,29 @@ class ObservationCodec:
         for slot in self._slots:
             if slot.pool.name == pool:
                 slot.dirty = True
+
+    def anchor_to(self, teacher: str | None) -> ObservationCodec:
+        """Carry ``teacher``'s choice in the observation (None: no anchor). Returns the codec.
+
+        ``teacher`` is a codec-space teacher that acts itself (:data:`~rlsched.envs.teacher_actions.TEACHERS`
+        but the pickers, or ``follow:NAME`` for a nominator NAME). The observation gains an
+        ``anchor`` array over the actions: the one-hot of the teacher's legal choice
+        (:meth:`anchor_onehot`), and the signature says so. A network that adds a large fixed
+        weight times this array to its logits acts as the teacher until it learns where to depart
+        from it (:mod:`rlsched.learned.ppo_net`).
+        """
+        from rlsched.envs.teacher_actions import PICKERS, is_teacher
+
+        names = self.nomination.names if self.nomination is not None else ()
+        if teacher is not None and (not is_teacher(teacher, tuple(names)) or teacher in PICKERS):
+            raise ValueError(f"unknown anchor teacher {teacher!r} (a codec-space teacher that acts itself)")
+        self.anchor = teacher
+        obs = dict(self.observation_space.spaces)
+        obs.pop("anchor", None)
+        if teacher is not None:
+            obs["anchor"] = spaces.Box(0.0, 1.0, shape=(self.n_actions,), dtype=np.float32)
+        self.observation_space = spaces.Dict(obs)
+        return self
 
     def restrict(self, trained: TrainedActions | None) -> ObservationCodec:
         """Mask every action outside ``trained`` from now on (a served model's record, or the
@@ -887,9 +915,31 @@ class ObservationCodec:
             ),
             dtype=np.float32,
         )
+        obs = {"jobs": jobs, "pools": self._pools.copy(), "globals": g}
         if self.preempt_slots:
-            return {"jobs": jobs, "pools": self._pools.copy(), "globals": g, "running": self._running.copy()}
-        return {"jobs": jobs, "pools": self._pools.copy(), "globals": g}
+            obs["running"] = self._running.copy()
+        if self.anchor is not None:
+            obs["anchor"] = self.anchor_onehot(state)
+        return obs
+
+    def anchor_onehot(self, state: ClusterState) -> np.ndarray:
+        """The :attr:`anchor` teacher's choice among the legal actions of ``state``, one-hot.
+
+        Waiting is taken off the teacher's options where the environment and the served loop
+        take it off (nothing runs, nothing is coming up, something else is legal), so the
+        anchor never points at an action the policy cannot take there.
+        """
+        from rlsched.envs.teacher_actions import teacher_action
+
+        assert self.anchor is not None
+        mask = self.mask(state)
+        if not state.running and mask[: self.wait_action].any() and not any(
+                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
+            mask = mask.copy()
+            mask[self.wait_action] = False
+        out = np.zeros(self.n_actions, dtype=np.float32)
+        out[teacher_action(self, state, mask, rule=self.anchor)] = 1.0
+        return out
 
     def _uncontrolled_capacity(self) -> int:
         extra = 0

@@ -188,6 +188,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
       0 keeps the observation and action layout without them).
     * ``extra_globals`` (none): optional global features (the codec's option, e.g.
       ``estimate_log_error``).
+    * ``anchor`` (None): a codec-space teacher whose legal choice the observation carries as a
+      one-hot ``anchor`` array (the codec's option; None keeps the layout without it).
 
     ## Version History
 
@@ -214,6 +216,7 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         nominators: Sequence[str] = (),
         preempt_slots: int = 0,
         extra_globals: Sequence[str] = (),
+        anchor: str | None = None,
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         if not self.scenario.jobs:
@@ -238,7 +241,8 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         # the actions a rule owns (MIG re-splits under mig_resplit) are masked: the rule takes them
         trained = TrainedActions.behind_rules(owned_actions(rules), "training")
         self.codec = ObservationCodec(window=window, max_pools=max_pools, nominators=nominators,
-                                      preempt_slots=preempt_slots, extra_globals=extra_globals).restrict(trained)
+                                      preempt_slots=preempt_slots, extra_globals=extra_globals
+                                      ).anchor_to(anchor).restrict(trained)
         self.observation_space = self.codec.observation_space
         self.action_space = self.codec.action_space
         self._jobs_sorted = sorted(self.scenario.jobs, key=lambda j: j.submit_time)

@@ -74,8 +74,8 @@ class PolicyModel:
 
     Args:
         net: the :class:`~rlsched.learned.ppo_net.SlotScorer` with trained weights.
-        codec_params: ``window``, ``max_pools``, ``layouts``, ``nominators``, ``preempt_slots`` (absent: 0)
-            and ``extra_globals`` (absent: none)
+        codec_params: ``window``, ``max_pools``, ``layouts``, ``nominators``, ``preempt_slots`` (absent: 0),
+            ``extra_globals`` (absent: none) and ``anchor`` (absent: None)
             of the codec it was trained with.
         signature: the codec signature recorded at training time.
         card: the model card (may be empty).
@@ -122,7 +122,8 @@ class PolicyModel:
         p = self.codec_params
         codec = ObservationCodec(p["window"], p["max_pools"], p["layouts"], nominators=p.get("nominators", ()),
                                  preempt_slots=p.get("preempt_slots", 0),
-                                 extra_globals=p.get("extra_globals", ())).restrict(self.trained_actions)
+                                 extra_globals=p.get("extra_globals", ())
+                                 ).anchor_to(p.get("anchor")).restrict(self.trained_actions)
         if codec.signature() != self.signature:
             raise ModelError(
                 f"observation signature mismatch: model expects {self.signature}, this rlsched encodes "
@@ -173,6 +174,7 @@ class PolicyModel:
              "layouts": codec.layouts, "nominators": list(codec.nomination.names) if codec.nomination else [],
              **({"preempt_slots": codec.preempt_slots} if codec.preempt_slots else {}),
              **({"extra_globals": list(codec.extra_globals)} if codec.extra_globals else {}),
+             **({"anchor": codec.anchor} if codec.anchor is not None else {}),
              "describe": codec.describe()}, indent=2, default=str) + "\n")
         if card is not None:
             (folder / CARD_FILE).write_text(json.dumps(card, indent=2, default=str) + "\n")
@@ -196,25 +198,7 @@ class PolicyModel:
         folder = Path(folder)
         if not folder.is_dir():
             raise ModelError(f"{folder}: model folder not found")
-        codec_path = folder / CODEC_FILE
-        try:
-            meta = json.loads(codec_path.read_text())
-            params: dict[str, Any] = {k: int(meta[k]) for k in ("window", "max_pools", "layouts")}
-            params["nominators"] = tuple(str(n) for n in meta.get("nominators", ()))
-            params["preempt_slots"] = int(meta.get("preempt_slots", 0))
-            params["extra_globals"] = tuple(str(n) for n in meta.get("extra_globals", ()))
-            signature = str(meta["signature"])
-        except FileNotFoundError:
-            from rlsched.learned.selector import is_selector_folder
-
-            if is_selector_folder(folder):
-                # retrain's --from and an experiment's init_from need per-slot weights; say what the folder is
-                raise ModelError(f"{folder}: a heuristic selector cannot be fine-tuned or warm-started from (it "
-                                 f"has no per-slot network: {CODEC_FILE}, {POLICY_FILE}); per-slot models such "
-                                 f"as models/scorer can") from None
-            raise ModelError(f"{codec_path}: missing (not a model folder?)") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ModelError(f"{codec_path}: corrupted ({exc})") from None
+        params, signature = _read_codec_file(folder)
         import torch
 
         from rlsched.learned.ppo_net import SlotScorer
@@ -224,7 +208,7 @@ class PolicyModel:
             payload = torch.load(policy_path, map_location="cpu", weights_only=True)
             codec = ObservationCodec(params["window"], params["max_pools"], params["layouts"],
                                      nominators=params.get("nominators", ()), preempt_slots=params["preempt_slots"],
-                                     extra_globals=params["extra_globals"])
+                                     extra_globals=params["extra_globals"]).anchor_to(params["anchor"])
             net = SlotScorer(codec.observation_space, n_layouts=int(payload["n_layouts"]),
                              hidden=int(payload["hidden"]))
             net.load_state_dict(payload["state_dict"])
@@ -253,6 +237,36 @@ class PolicyModel:
             model.rule_params[name] = args
         return model
 
+
+
+def _read_codec_file(folder: Path) -> tuple[dict[str, Any], str]:
+    """A model folder's codec parameters and signature; a :class:`ModelError` names what is wrong."""
+    codec_path = folder / CODEC_FILE
+    try:
+        meta = json.loads(codec_path.read_text())
+        params: dict[str, Any] = {k: int(meta[k]) for k in ("window", "max_pools", "layouts")}
+        params["nominators"] = tuple(str(n) for n in meta.get("nominators", ()))
+        params["preempt_slots"] = int(meta.get("preempt_slots", 0))
+        params["extra_globals"] = tuple(str(n) for n in meta.get("extra_globals", ()))
+        params["anchor"] = None if meta.get("anchor") is None else str(meta["anchor"])
+        signature = str(meta["signature"])
+    except FileNotFoundError:
+        from rlsched.learned.selector import is_selector_folder
+
+        if is_selector_folder(folder):
+            # retrain's --from and an experiment's init_from need per-slot weights; say what the folder is
+            raise ModelError(f"{folder}: a heuristic selector cannot be fine-tuned or warm-started from (it "
+                             f"has no per-slot network: {CODEC_FILE}, {POLICY_FILE}); per-slot models such "
+                             f"as models/scorer can") from None
+        raise ModelError(f"{codec_path}: missing (not a model folder?)") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"{codec_path}: corrupted ({exc})") from None
+    if params["anchor"] is not None:
+        try:
+            ObservationCodec(params["window"], 1, 0, nominators=params["nominators"]).anchor_to(params["anchor"])
+        except ValueError as exc:
+            raise ModelError(f"{codec_path}: {exc}") from None
+    return params, signature
 
 def load_trained_actions(folder: Path | str) -> TrainedActions:
     """The folder's ``actions.json``, or the conservative record when it has none (see the module doc)."""

@@ -114,6 +114,8 @@ class NumpySlotScorer:
         self._scale_b2 = _arr(sd, "scale_head.2.bias")
         self._wait_w2 = _arr(sd, "wait_head.2.weight")[0].copy()
         self._wait_b2 = _arr(sd, "wait_head.2.bias")
+        #: an anchored network's weight of its teacher's choice (None: not anchored)
+        self._anchor = float(_arr(sd, "anchor_weight").reshape(-1)[0]) if "anchor_weight" in sd else None
 
     @classmethod
     def from_module(cls, net: Any) -> NumpySlotScorer:
@@ -177,7 +179,10 @@ class NumpySlotScorer:
             preempt = np.tanh(re @ self._preempt_run + ct[c0:c0 + h]) @ self._preempt_w2 + self._preempt_b2
             parts.append(preempt)
         parts.append(wait)
-        return np.concatenate(parts).astype(_F32, copy=False)
+        out = np.concatenate(parts).astype(_F32, copy=False)
+        if self._anchor is not None:
+            out = out + _F32(self._anchor) * np.asarray(obs["anchor"], dtype=_F32)
+        return out
 
 
 def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:

@@ -23,6 +23,7 @@ An experiment names what to train on and how (keys not listed are errors with a
     nominators: [fifo, weighted-priority, sjf, fair-share]  # optional: slots hold what each would run next
     preempt_slots: 0                    # optional: running slots R the policy may preempt (0: no preempt actions)
     extra_globals: [estimate_log_error] # optional global features (rlsched.envs.codec.OPTIONAL_GLOBALS)
+    anchor: sjf-spot-first              # optional: the network adds a fixed weight to this teacher's choice
     max_pools: 4
     n_envs: 2
     vec_env: subproc                    # subproc | dummy
@@ -397,6 +398,8 @@ class Experiment:
     preempt_slots: int = 0
     #: optional global features of the codec (rlsched.envs.codec.OPTIONAL_GLOBALS); empty: none
     extra_globals: tuple[str, ...] = ()
+    #: a codec-space teacher the network is anchored to (rlsched.learned.ppo_net): None, not anchored
+    anchor: str | None = None
     n_envs: int = 2
     vec_env: str = "subproc"
     total_steps: int = 100_000
@@ -771,6 +774,19 @@ def _extra_globals(v: Any) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _anchor(v: Any, nominators: tuple[str, ...]) -> str | None:
+    """``anchor:``: a codec-space teacher that acts itself (absent: None, a network without an anchor)."""
+    from rlsched.envs.teacher_actions import PICKERS, TEACHERS, is_teacher
+
+    if v is None:
+        return None
+    if not isinstance(v, str) or not is_teacher(v, nominators) or v in PICKERS:
+        acting = [t for t in TEACHERS if t not in PICKERS]
+        raise ExperimentError(f"anchor must be one of {', '.join(acting)} (or follow:NAME for a nominator NAME), "
+                              f"got {v!r}")
+    return v
+
+
 def _preempt_slots(v: Any) -> int:
     """``preempt_slots:``: an integer >= 0 (absent: 0, the codec without preempt actions)."""
     if v is None:
@@ -928,6 +944,7 @@ def _parse(data: dict[str, Any], path: Path) -> Experiment:
         nominators=_nominators(data.get("nominators"), int(data.get("window", 16))), n_envs=int(data.get("n_envs", 2)),
         preempt_slots=_preempt_slots(data.get("preempt_slots")),
         extra_globals=_extra_globals(data.get("extra_globals")),
+        anchor=_anchor(data.get("anchor"), _nominators(data.get("nominators"), int(data.get("window", 16)))),
         vec_env=vec, total_steps=int(data.get("total_steps", 100_000)), seed=int(data.get("seed", 0)),
         bc=_sub("bc", data.get("bc"), BcParams), eval_every_steps=int(data.get("eval_every_steps", 0)),
         checkpoint_every_steps=int(data.get("checkpoint_every_steps", 25_000)),

@@ -243,7 +243,8 @@ def _run_on_ray(address: str, worlds: list[Any], tasks: list[tuple[int, str, boo
 
 
 def cloned_teacher(card: dict[str, Any]) -> str | None:
-    """The codec-space teacher a model was cloned from, when it is a heuristic of its own (None otherwise).
+    """The codec-space teacher a model was anchored to or cloned from, when it is a heuristic of its own
+    (None otherwise).
 
     ``sjf-spot-first`` is one: a cost policy no registered baseline reproduces. A registered
     heuristic's name (``sjf``, ``weighted-priority``) is left out - its own, unwindowed, row is
@@ -252,7 +253,7 @@ def cloned_teacher(card: dict[str, Any]) -> str | None:
     from rlsched.policies import available
     from rlsched.train.teacher import PICKERS, TEACHERS
 
-    name = (card.get("behaviour_cloning") or {}).get("teacher")
+    name = card.get("anchor") or (card.get("behaviour_cloning") or {}).get("teacher")
     if not isinstance(name, str) or name not in TEACHERS or name in PICKERS or name in available():
         return None
     return name

@@ -98,6 +98,7 @@ def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
         "seed": exp.seed,
         "wall_s": round(facts.wall_s, 1),
         "behaviour_cloning": {"teacher": exp.bc.teacher, **facts.bc_stats} if facts.bc_stats else None,
+        "anchor": exp.anchor,
         "git_commit": git_commit(),
         "metrics": {"eval": ev["summary"], "eval_relative": ev["relative"],
                     "holdout": ho["summary"] if ho else None,
@@ -185,6 +186,9 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",
+        *([f"- anchored to: `{card['anchor']}` (the network adds a fixed weight times that teacher's legal choice to "
+           "its logits: it starts as the teacher and departs where its own scores outweigh it)"]
+          if card.get("anchor") else []),
         *_unsure_line(card),
         *([f"- {_ACTIONS_LINE['selector' if card.get('selector') else 'slots']}: "
            f"{TrainedActions.from_dict(card['trained_actions']).describe()}"] if card.get("trained_actions") else []),

@@ -120,6 +120,10 @@ def _source_settings(source: str, work_dir: Path) -> tuple[dict[str, Any], str, 
         keys["nominators"] = list(c["nominators"])
     if c.get("preempt_slots"):
         keys["preempt_slots"] = int(c["preempt_slots"])
+    if c.get("extra_globals"):
+        keys["extra_globals"] = list(c["extra_globals"])
+    if c.get("anchor"):
+        keys["anchor"] = str(c["anchor"])
     # the rules as the source trained behind them, and its serving-only changes as they were
     trained = model.card.get("trained_rules") or model.rule_params
     keys.update({rule: dict(params) for rule, params in trained.items()})

@@ -163,7 +163,7 @@ def codec_of(exp: Experiment) -> ObservationCodec:
     from rlsched.envs.codec import ObservationCodec
 
     return ObservationCodec(window=exp.window, max_pools=exp.max_pools, nominators=exp.nominators,
-                            preempt_slots=exp.preempt_slots, extra_globals=exp.extra_globals)
+                            preempt_slots=exp.preempt_slots, extra_globals=exp.extra_globals).anchor_to(exp.anchor)
 
 
 def worlds_actions(worlds: list[World], exp: Experiment) -> TrainedActions:

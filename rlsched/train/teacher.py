@@ -1,33 +1,9 @@
-"""Heuristic teachers expressed in the codec's action space (for behaviour cloning).
+"""Heuristic teachers driven like schedulers, and the per-world pick among follow teachers.
 
-DL2 warm-started its RL scheduler by imitating the incumbent. Our incumbent (and
-the runtime fallback) is weighted-priority, so the default teacher picks, among
-legal place actions, the window job with the highest ``0.6 x priority + 0.4 x wait``
-score (normalised over the window) in the cheapest legal pool. The ``sjf`` teacher
-picks the window job with the shortest *estimated* duration (the estimator every
-scheduler sees, never the true one), oldest first on ties: a stronger starting
-point on mean JCT that PPO then has to improve on. With nothing to place, both buy
-one node in the cheapest elastic pool that can grow (when none is already
-provisioning), else wait. Neither reconfigures MIG.
-
-``sjf-spot-first`` is the cost-aware teacher of the spot experiment. Jobs *at risk* go
-first, least deadline slack first, then the rest in SJF order. A job is at risk when it is
-not preemptible, when its deadline slack is below its estimated remaining work plus the
-on-demand provisioning delay, or when it has queued longer than ``max(estimate, 1 h)``
-(spot that stays short that long is not coming soon enough). At-risk jobs try on-prem,
-then on-demand, then spot; the others on-prem and spot only, and wait for spot rather
-than buy or fill on-demand (waiting is legal while only on-demand capacity fits, so held
-on-demand nodes drain and reach the idle stop). It buys spot while the window's relaxed demand
-exceeds the spot pools' free and provisioning GPUs, and on-demand only for the window's
-at-risk demand (the window is what the student observes); idle nodes are stopped by the
-engine's idle-stop rule, so it never scales down.
-
-With a codec that has preempt slots (``preempt_slots`` > 0), the ``follow:NAME`` teachers
-also preempt as the ``preempt_long`` rule decides
-(:class:`~rlsched.policies.rules.preempt_long.LongJobPreemption`, default parameters):
-when none of the nominees can be placed and a blocked one waits behind running jobs whose
-believed remaining work is far longer, they preempt the rule's first victim for it if
-that job is in a running slot. Without preempt slots they act exactly as before.
+What each teacher chooses lives in :mod:`rlsched.envs.teacher_actions` (the codec needs it too:
+an anchored codec shows the network its teacher's choice); this module runs a teacher
+through the codec's decision loop (:class:`TeacherScheduler`) and picks, per training
+world, the follow teacher to imitate (:func:`best_follow_rules`).
 """
 
 from __future__ import annotations
@@ -36,257 +12,23 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from rlsched.cluster.decisions import Decision
-from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
+from rlsched.cluster.model import ClusterState
 from rlsched.envs.codec import ObservationCodec
+from rlsched.envs.teacher_actions import (
+    AT_RISK_WAIT_S,
+    FOLLOW,
+    PICKERS,
+    TEACHERS,
+    at_risk,
+    is_teacher,
+    teacher_action,
+)
 from rlsched.envs.trained_actions import TrainedActions
-from rlsched.policies.heuristics.autoscale import provisioning_gpus
 from rlsched.policies.rules import RuleParams, build_rules, owned_actions
 
-#: teacher names accepted by ``bc.teacher`` in an experiment file (plus ``follow:NAME`` for a nominator NAME)
-TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "best-follow", "lookahead")
-#: teachers that pick among the follow teachers (per world, per state) rather than act themselves
-PICKERS = ("best-follow", "lookahead")
-#: ``follow:NAME`` teaches "place what heuristic NAME would place next" through a nominating codec
-FOLLOW = "follow:"
-
-
-def is_teacher(rule: str, nominators: tuple[str, ...] = ()) -> bool:
-    """Whether ``rule`` names a teacher usable with a codec nominating with ``nominators``."""
-    if rule.startswith(FOLLOW):
-        return rule[len(FOLLOW):] in nominators
-    if rule in PICKERS:
-        return bool(nominators)
-    return rule in TEACHERS
-
-#: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
-AT_RISK_WAIT_S = 3600.0
-
-
-def at_risk(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -> bool:
-    """Whether a queued job should be given on-demand capacity (see the module doc)."""
-    job = run.job
-    if not job.preemptible:
-        return True
-    remaining = max(estimate - run.work_done, 0.0)
-    if job.deadline is not None and job.deadline - now - remaining < remaining + ondemand_delay_s:
-        return True
-    return run.queued_s + (now - run.enqueued_at) > max(estimate, AT_RISK_WAIT_S)
-
-
-#: pool order of the spot-first teacher: on-prem, then spot, then on-demand (cheapest first within a kind)
-_KIND_RANK = {PoolKind.ONPREM: 0, PoolKind.SPOT: 1, PoolKind.ONDEMAND: 2}
-
-
-def _price(state: ClusterState, pool: Pool) -> float:
-    """A pool's current price per GPU-hour (0 without a quote: on-prem)."""
-    q = state.quotes.get(pool.name)
-    return q.price_per_gpu_hour if q else 0.0
-
-
-def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray) -> int:
-    p_slots = codec.max_pools
-    pools = list(state.pools.values())[:p_slots]
-    now = state.time
-    est = state.estimator.estimate
-    od_delay = min((p.spec.provision_delay_s for p in pools if p.spec.kind is PoolKind.ONDEMAND), default=0.0)
-    runs = codec.window_runs(state)
-    order = sorted(range(len(pools)), key=lambda p: (
-        _KIND_RANK[pools[p].spec.kind], _price(state, pools[p])))
-    risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
-
-    def slack(i: int) -> float:
-        dl = runs[i].job.deadline
-        return math.inf if dl is None else dl - now - max(est(runs[i].job) - runs[i].work_done, 0.0)
-
-    # At-risk jobs first, least slack first (earliest-deadline style); then SJF, oldest first on ties.
-    ranked = sorted(range(len(runs)), key=lambda i: (
-        (0, slack(i), runs[i].job.submit_time) if risky[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
-    # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so a first pass
-    # that places nothing means only held on-demand capacity fits. Relaxed jobs then wait for spot -
-    # unless waiting is masked because nothing runs or provisions (it could strand the queue): the
-    # second pass fills on-demand then.
-    # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
-    risky_order = sorted(order, key=lambda p: pools[p].spec.kind is PoolKind.SPOT)
-    for strict in (True, False):
-        for k in ranked:
-            for p in (risky_order if risky[k] else order):
-                if strict and pools[p].spec.kind is PoolKind.ONDEMAND and not risky[k]:
-                    continue
-                a = k * p_slots + p
-                if mask[a]:
-                    return a
-        if mask[codec.wait_action]:
-            break
-    # Buying: spot for the preemptible demand, on-demand only for at-risk demand - of the window's
-    # jobs only: a teacher should decide from what the student observes, or cloning cannot match it
-    # (a first version counted the whole queue; its clone agreed on 94% of decisions yet missed 15x
-    # the deadlines, the disagreements being exactly these buys).
-    want = {PoolKind.SPOT: 0.0, PoolKind.ONDEMAND: 0.0}
-    for run, risky_run in zip(runs, risky, strict=True):
-        want[PoolKind.ONDEMAND if risky_run else PoolKind.SPOT] += run.job.gpu_demand
-    for kind in (PoolKind.SPOT, PoolKind.ONDEMAND):
-        mine = [p for p in order if pools[p].spec.kind is kind]
-        have = sum(pools[p].free_whole_gpus() + provisioning_gpus(pools[p]) for p in mine)
-        if want[kind] > have:
-            for p in mine:
-                a = codec.scale_offset + 2 * p
-                if mask[a]:
-                    return a
-    return codec.wait_action
-
-
-
-def _follow_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, name: str) -> int:
-    """Place the job heuristic ``name`` nominated first (its next placement), in the cheapest legal pool.
-
-    With nothing of its nominees placeable, it buys or waits like the other teachers.
-    """
-    nomination = codec.nomination
-    if nomination is None or name not in nomination.names:
-        raise ValueError(f"teacher follow:{name} needs a codec nominating with {name!r}")
-    col = codec.nomination_columns(state)[:, nomination.names.index(name)]
-    p_slots = codec.max_pools
-    pools = list(state.pools.values())[:p_slots]
-    order = sorted(range(len(pools)), key=lambda p: (0, 0.0) if pools[p].spec.kind is PoolKind.ONPREM
-                   else (1, _price(state, pools[p])))
-    for k in np.argsort(-col, kind="stable"):
-        if col[k] <= 0.0:
-            break
-        for p in order:
-            a = int(k) * p_slots + p
-            if mask[a]:
-                return a
-    if codec.preempt_slots:
-        window = codec.window_runs(state)
-        nominees = [window[int(k)] for k in np.argsort(-col, kind="stable") if col[k] > 0.0 and k < len(window)]
-        preempt = _preempt_long_action(codec, state, mask, nominees)
-        if preempt is not None:
-            return preempt
-    resplit = _mig_resplit(codec, state, mask, pools, [r for r, c in zip(codec.window_runs(state), col, strict=False)
-                                                       if c > 0.0])
-    if resplit is not None:
-        return resplit
-    return _buy_or_wait(codec, state, mask, pools, order)
-
-
-def _preempt_long_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
-                         nominees: list[JobRun]) -> int | None:
-    """Preempt the ``preempt_long`` rule's first victim for the first blocked nominee it finds one for.
-
-    None when no nominee has victims, or the victim is not in a running slot, or the mask
-    refuses the action (nothing blocked, preemption not trained).
-    """
-    from rlsched.policies.rules.preempt_long import LongJobPreemption
-
-    rule = LongJobPreemption()
-    slot_of = {r.job.job_id: i for i, r in enumerate(codec.running_runs(state))}
-    if not slot_of:
-        return None
-    for run in nominees:
-        if LongJobPreemption._fits_now(state, run):
-            continue
-        room = rule.victims(state, run)
-        if room is None:
-            continue
-        i = slot_of.get(room[1][0].job.job_id)
-        if i is not None and mask[codec.preempt_offset + i]:
-            return codec.preempt_offset + i
-    return None
-
-
-def _mig_resplit(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, pools: list[Pool],
-                 blocked: list[JobRun]) -> int | None:
-    """The heuristics' dynamic MIG re-split for ``blocked``, as a legal codec action (None: none).
-
-    A heuristic re-splits at most one GPU per (pool, layout) per pass, and its next pass
-    comes with the next event - the re-split finishing is one. The teacher decides at
-    every step without time moving, so a re-split still in progress must count as that
-    pass's: otherwise each step re-splits one more idle GPU for the same blocked job.
-    """
-    from rlsched.cluster.decisions import Reconfigure
-    from rlsched.policies.heuristics.queue import mig_reconfigurations
-
-    n_l = codec.layouts
-    if not n_l:
-        return None
-    now = state.time
-    for d in mig_reconfigurations(state, blocked):
-        if not isinstance(d, Reconfigure):
-            continue
-        target = tuple(sorted(d.layout))
-        for p, pool in enumerate(pools):
-            if d.node_id not in pool.nodes:
-                continue
-            if any(g.busy_until > now and tuple(sorted(sl.profile.name for sl in g.slices)) == target
-                   for node in pool.nodes.values() for g in node.gpus):
-                break  # this layout is already on its way in this pool
-            for li, lay in enumerate(codec.layouts_of(pool)):
-                if lay is not None and tuple(sorted(lay)) == target:
-                    a = codec.reconfigure_offset + p * n_l + li
-                    if mask[a]:
-                        return a
-    return None
-
-
-def _buy_or_wait(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, pools: list[Pool],
-                 order: list[int]) -> int:
-    """With nothing placeable: one node of the cheapest elastic pool if none provisions, else wait."""
-    if not any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
-        for p in order:
-            if pools[p].spec.kind is PoolKind.ONPREM:
-                continue
-            a = codec.scale_offset + 2 * p
-            if mask[a]:
-                return a
-    return codec.wait_action
-
-
-def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray,
-                   w_priority: float = 0.6, w_wait: float = 0.4, rule: str = "weighted-priority") -> int:
-    """The teacher's choice (``rule``: one of :data:`TEACHERS` or ``follow:NAME``) among the legal actions."""
-    if rule.startswith(FOLLOW):
-        return _follow_action(codec, state, mask, rule[len(FOLLOW):])
-    if rule not in TEACHERS or rule in PICKERS:
-        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
-    if rule == "sjf-spot-first":
-        return _spot_first_action(codec, state, mask)
-    k_slots, p_slots = codec.window, codec.max_pools
-    runs = codec.window_runs(state)
-    pools = list(state.pools.values())[:p_slots]
-
-    def pool_cost(p: int) -> tuple[int, float]:
-        pool = pools[p]
-        return (0, 0.0) if pool.spec.kind is PoolKind.ONPREM else (1, _price(state, pool))
-
-    order = sorted(range(len(pools)), key=pool_cost)
-    if runs:
-        now = state.time
-        prios = [r.job.priority for r in runs]
-        waits = [now - r.job.submit_time for r in runs]
-        pmin, pmax, wmax = min(prios), max(prios), max(waits)
-        if rule == "sjf":
-            est = state.estimator.estimate
-            # highest score first: shortest estimate, then the longest wait, then slot order
-            scores = [(-est(r.job), w, -i) for i, (r, w) in enumerate(zip(runs, waits, strict=True))]
-        else:
-            scores = [
-                (w_priority * ((p - pmin) / (pmax - pmin) if pmax > pmin else 0.0)
-                 + w_wait * (w / wmax if wmax > 0 else 0.0), 0.0, -i)
-                for i, (p, w) in enumerate(zip(prios, waits, strict=True))
-            ]
-        for *_, neg_i in sorted(scores, reverse=True):
-            k = -neg_i
-            for p in order:
-                a = k * p_slots + p
-                if mask[a]:
-                    return a
-        # nothing placeable: buy capacity if no pool is already provisioning
-        return _buy_or_wait(codec, state, mask, pools, order)
-    del k_slots
-    return codec.wait_action
+__all__ = ["AT_RISK_WAIT_S", "FOLLOW", "PICKERS", "TEACHERS", "TeacherScheduler", "at_risk", "best_follow_rules",
+           "is_teacher", "teacher_action"]
 
 
 class TeacherScheduler:

@@ -45,6 +45,7 @@ def _env_kwargs(exp: Experiment) -> dict[str, Any]:
     return {"window": exp.window, "max_pools": exp.max_pools, "nominators": exp.nominators,
             **({"preempt_slots": exp.preempt_slots} if exp.preempt_slots else {}),
             **({"extra_globals": exp.extra_globals} if exp.extra_globals else {}),
+            **({"anchor": exp.anchor} if exp.anchor else {}),
             "episode_jobs": exp.episode_jobs,
             "reward_weights": exp.reward or None, "max_steps": 20_000, "rules": exp.trained_rule_params()}
 
@@ -418,7 +419,7 @@ def _policy_factory(model: Any, exp: Experiment, trained_actions: TrainedActions
         c = codec_of(exp)
         pm = PolicyModel(net, {"window": c.window, "max_pools": c.max_pools, "layouts": c.layouts,
                               "nominators": exp.nominators, "preempt_slots": exp.preempt_slots,
-                              "extra_globals": exp.extra_globals},
+                              "extra_globals": exp.extra_globals, "anchor": exp.anchor},
                          c.signature(), {}, trained_actions)
         pm.rule_params = exp.rule_params()
         return PpoScheduler(pm)
@@ -508,14 +509,17 @@ class SlotTrainingRun(TrainingRun):
         net = model.policy.features_extractor
         PolicyModel.save(out, net, codec_of(exp), card, rules=exp.rule_params(),
                          trained_actions=self.worlds.trained_actions)
-        if exp.gate is not None:
-            table += "\n" + family_gate(exp, out, card, self.log, ray=self.ray)
-            (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+        # The forecaster goes in before the gate loads the folder: spot families replay every competitor
+        # with the model's forecaster, so a gate run before it would judge worlds without one (a fresh
+        # folder) or with an older run's (a reused one) - not the worlds the benchmark replays.
         stale = out / FORECASTER_FILE
         if fitted:
             save_forecaster(out, fitted[exp.scenarios[0].name], float(exp.forecast.horizon_s), exp.scenarios[0].name)
         elif stale.exists():
             stale.unlink()  # a model trained without a forecast must not be served with an old one
+        if exp.gate is not None:
+            table += "\n" + family_gate(exp, out, card, self.log, ray=self.ray)
+            (out / "card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
         (out / "MODEL_CARD.md").write_text(model_card_markdown(card, table))
         self.log(f"wrote model folder {out}")
 

@@ -30,8 +30,8 @@ scenarios:
 
 
 def test_shipped_experiments_load() -> None:
-    for name in ("smoke", "default", "spot", "selector", "selector-fold-b", "selector-tiresias", "selector-named",
-                 "selector-dagger"):
+    for name in ("smoke", "default", "spot", "spot-anchored", "selector", "selector-fold-b", "selector-tiresias",
+                 "selector-named", "selector-dagger"):
         exp = load_experiment(ROOT / "experiments" / f"{name}.yaml")
         assert exp.scenarios and exp.total_steps > 0
     # the two folds of the selector recipe leave disjoint generator kinds out, and differ in nothing else
@@ -104,6 +104,9 @@ def test_defaults_and_flat_params(tmp_path: Path) -> None:
         ("mig_resplit: {max_per_pass: 0}\n", "mig_resplit: max_per_pass and scan must be >= 1"),
         ("extra_globals: [estimate_error]\n", "unknown feature 'estimate_error' .did you mean 'estimate_log_error'"),
         ("extra_globals: estimate_log_error\n", "extra_globals must be a list of names"),
+        ("anchor: best-follow\n", "anchor must be one of weighted-priority, sjf, sjf-spot-first .or follow:NAME"),
+        ("anchor: follow:sjf\n", "anchor must be one of"),
+        ("anchor: [sjf]\n", "anchor must be one of"),
         ("bc: {select_episodes: 0}\n", "bc.select_episodes must be >= 1 and bc.select_jobs >= 0"),
         ("deadline_guard: {}\nserve_rules: {deadline_gaurd: {preempt: true}}\n",
          "serve_rules.deadline_gaurd: unknown rule .did you mean 'deadline_guard'"),

@@ -89,3 +89,13 @@ def test_card_records_serving_only_rule_changes_and_the_trained_rules() -> None:
     assert "'trust_deadline': True" in guard and guard.endswith(
         "`deadline_guard.json`); trained with trust_deadline=False, served with trust_deadline=True")
     assert text.count("; trained with ") == 1  # only the rule serving changes says so
+
+
+def test_an_anchored_network_says_which_teacher_it_starts_as() -> None:
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    plain = build_card(exp, _facts())
+    assert plain["anchor"] is None and "anchored to" not in model_card_markdown(plain, "")
+    card = build_card(replace(exp, anchor="sjf"), _facts())
+    assert card["anchor"] == "sjf"
+    assert "- anchored to: `sjf` (the network adds a fixed weight times that teacher's legal choice" \
+        in model_card_markdown(card, "")

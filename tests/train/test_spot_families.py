@@ -163,6 +163,9 @@ def test_only_a_teacher_of_its_own_joins_the_baselines() -> None:
     for other in ("sjf", "weighted-priority", "best-follow", "lookahead", "follow:sjf", "selector-labels", None):
         assert cloned_teacher(card(other)) is None
     assert cloned_teacher({"behaviour_cloning": None}) is None
+    # an anchored model's teacher is the one it acts as before any training (cloned or not)
+    assert cloned_teacher({"anchor": "sjf-spot-first", "behaviour_cloning": None}) == "sjf-spot-first"
+    assert cloned_teacher({"anchor": "sjf", **card("sjf-spot-first")}) is None
     assert competitors(True, "m", True, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first+rules", CANDIDATE]
     assert competitors(True, "m", False, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first", CANDIDATE]
     assert not any(n.startswith("teacher:") for n in competitors(False, "m", True, "sjf-spot-first"))
