@@ -306,18 +306,20 @@ class TrainingRun:
 
 
 def teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
-    """The row(s) PPO was cloned from, for the final evaluation: did training improve on imitation?"""
-    if exp.bc.steps <= 0:
-        return []
+    """The row(s) PPO was cloned from or anchored to, for the final evaluation: did training improve on the
+    teacher it started from?"""
     from rlsched.train.teacher import FOLLOW, TeacherScheduler
 
     def teacher(rule: str) -> Any:
         return TeacherScheduler(rule, exp.window, exp.max_pools, rules=exp.rule_params(), nominators=exp.nominators,
                                 preempt_slots=exp.preempt_slots)
 
-    taught = ([f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow"
-              else [f"{FOLLOW}{n}" for n in exp.bc.lookahead_candidates(exp.nominators)]
-              if exp.bc.teacher == "lookahead" else [exp.bc.teacher])
+    taught = [] if exp.bc.steps <= 0 else (
+        [f"{FOLLOW}{n}" for n in exp.nominators] if exp.bc.teacher == "best-follow"
+        else [f"{FOLLOW}{n}" for n in exp.bc.lookahead_candidates(exp.nominators)]
+        if exp.bc.teacher == "lookahead" else [exp.bc.teacher])
+    if exp.anchor is not None and exp.anchor not in taught:
+        taught.append(exp.anchor)
     return [functools.partial(teacher, rule) for rule in taught]
 
 

@@ -84,3 +84,19 @@ def test_an_experiment_anchors_its_codec(tmp_path: Path) -> None:
     assert codec_of(exp).anchor == "sjf-spot-first"
     assert "anchor" in codec_of(exp).observation_space.spaces
     assert load_experiment(ROOT / "experiments" / "spot.yaml").anchor is None
+
+
+def test_the_final_evaluation_shows_the_teacher_an_anchored_network_started_as() -> None:
+    from dataclasses import replace
+
+    from rlsched.train.config import BcParams
+    from rlsched.train.run_steps import teacher_rows
+
+    exp = load_experiment(ROOT / "experiments" / "smoke.yaml")
+    assert [r().name for r in teacher_rows(exp)] == ["teacher:weighted-priority"]  # cloned from, not anchored
+    anchored = replace(exp, anchor="sjf")
+    assert [r().name for r in teacher_rows(anchored)] == ["teacher:weighted-priority", "teacher:sjf"]
+    # without cloning the anchor is still the teacher it started as; anchored to its clone's teacher: one row
+    assert [r().name for r in teacher_rows(replace(anchored, bc=BcParams(steps=0)))] == ["teacher:sjf"]
+    same = replace(exp, anchor="weighted-priority")
+    assert [r().name for r in teacher_rows(same)] == ["teacher:weighted-priority"]
