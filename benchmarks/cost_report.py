@@ -96,10 +96,7 @@ def _policy(name: str, baseline_rules: str = "", model: Any = None) -> Any:
     """A fresh scheduler for a row: the model, a baseline behind the model's rules or its teacher
     (``model``, loaded once), or a plain baseline (behind ``--baseline-rules`` if given)."""
     if name.startswith("ppo:"):
-        from rlsched.learned.ppo import make_ppo_policy
-        from rlsched.train.registry import download_model
-
-        return make_ppo_policy(name[4:], fetch=download_model)
+        return model.scheduler(name)
     if name.endswith(G.RULED) or name.startswith(G.TEACHER):
         return G.competitor_scheduler(name, lambda: model)
     policy = make_policy(name)

@@ -407,10 +407,10 @@ class ObservationCodec:
         weight times this array to its logits acts as the teacher until it learns where to depart
         from it (:mod:`rlsched.learned.ppo_net`).
         """
-        from rlsched.envs.teacher_actions import PICKERS, is_teacher
+        from rlsched.envs.teacher_actions import acts_itself
 
         names = self.nomination.names if self.nomination is not None else ()
-        if teacher is not None and (not is_teacher(teacher, tuple(names)) or teacher in PICKERS):
+        if teacher is not None and not acts_itself(teacher, tuple(names)):
             raise ValueError(f"unknown anchor teacher {teacher!r} (a codec-space teacher that acts itself)")
         self.anchor = teacher
         obs = dict(self.observation_space.spaces)
@@ -922,6 +922,16 @@ class ObservationCodec:
             obs["anchor"] = self.anchor_onehot(state)
         return obs
 
+    def unstranded(self, state: ClusterState, mask: np.ndarray) -> np.ndarray:
+        """``mask`` without waiting when nothing runs, nothing is coming up and something else is legal:
+        waiting then could strand the queue. Training masks it there (the environment's mask), so the
+        served loop and the anchor do the same. ``mask`` itself is never changed."""
+        if not state.running and mask[: self.wait_action].any() and not any(
+                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
+            mask = mask.copy()
+            mask[self.wait_action] = False
+        return mask
+
     def anchor_onehot(self, state: ClusterState) -> np.ndarray:
         """The :attr:`anchor` teacher's choice among the legal actions of ``state``, one-hot.
 
@@ -932,11 +942,7 @@ class ObservationCodec:
         from rlsched.envs.teacher_actions import teacher_action
 
         assert self.anchor is not None
-        mask = self.mask(state)
-        if not state.running and mask[: self.wait_action].any() and not any(
-                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
-            mask = mask.copy()
-            mask[self.wait_action] = False
+        mask = self.unstranded(state, self.mask(state))
         out = np.zeros(self.n_actions, dtype=np.float32)
         out[teacher_action(self, state, mask, rule=self.anchor)] = 1.0
         return out

@@ -59,6 +59,12 @@ def is_teacher(rule: str, nominators: tuple[str, ...] = ()) -> bool:
         return bool(nominators)
     return rule in TEACHERS
 
+
+def acts_itself(rule: str, nominators: tuple[str, ...] = ()) -> bool:
+    """Whether ``rule`` is a teacher that chooses actions itself with such a codec (not a picker among
+    follow teachers): what a :class:`~rlsched.train.teacher.TeacherScheduler` runs and a codec anchors to."""
+    return is_teacher(rule, nominators) and rule not in PICKERS
+
 #: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
 AT_RISK_WAIT_S = 3600.0
 

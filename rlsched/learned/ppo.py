@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlsched.cluster.decisions import Decision
-from rlsched.cluster.model import ClusterState, NodeStatus
+from rlsched.cluster.model import ClusterState
 from rlsched.envs.codec import ObservationCodec
+from rlsched.envs.teacher_actions import acts_itself
 from rlsched.envs.trained_actions import ACTIONS_FILE, TrainedActions
 from rlsched.errors import RlschedError
 from rlsched.learned.complement import Complement
@@ -261,11 +262,9 @@ def _read_codec_file(folder: Path) -> tuple[dict[str, Any], str]:
         raise ModelError(f"{codec_path}: missing (not a model folder?)") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ModelError(f"{codec_path}: corrupted ({exc})") from None
-    if params["anchor"] is not None:
-        try:
-            ObservationCodec(params["window"], 1, 0, nominators=params["nominators"]).anchor_to(params["anchor"])
-        except ValueError as exc:
-            raise ModelError(f"{codec_path}: {exc}") from None
+    if params["anchor"] is not None and not acts_itself(params["anchor"], params["nominators"]):
+        raise ModelError(f"{codec_path}: unknown anchor teacher {params['anchor']!r} (a codec-space teacher that "
+                         "acts itself)")
     return params, signature
 
 def load_trained_actions(folder: Path | str) -> TrainedActions:
@@ -389,13 +388,7 @@ def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: C
         mask = codec.mask(state)
         if codec.only_wait(state):
             return
-        if not state.running and mask[: codec.wait_action].any() and not any(
-            n.status is NodeStatus.PROVISIONING for n in state.nodes.values()
-        ):
-            # Nothing runs or is coming up: waiting could strand the queue. Training masks
-            # waiting in that situation, so serving does the same.
-            mask = mask.copy()
-            mask[codec.wait_action] = False
+        mask = codec.unstranded(state, mask)
         decision = codec.decode(choose(mask), state)
         if decision is None:
             return

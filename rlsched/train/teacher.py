@@ -20,6 +20,7 @@ from rlsched.envs.teacher_actions import (
     FOLLOW,
     PICKERS,
     TEACHERS,
+    acts_itself,
     at_risk,
     is_teacher,
     teacher_action,
@@ -27,8 +28,8 @@ from rlsched.envs.teacher_actions import (
 from rlsched.envs.trained_actions import TrainedActions
 from rlsched.policies.rules import RuleParams, build_rules, owned_actions
 
-__all__ = ["AT_RISK_WAIT_S", "FOLLOW", "PICKERS", "TEACHERS", "TeacherScheduler", "at_risk", "best_follow_rules",
-           "is_teacher", "teacher_action"]
+__all__ = ["AT_RISK_WAIT_S", "FOLLOW", "PICKERS", "TEACHERS", "TeacherScheduler", "acts_itself", "at_risk",
+           "best_follow_rules", "is_teacher", "teacher_action"]
 
 
 class TeacherScheduler:
@@ -46,7 +47,7 @@ class TeacherScheduler:
 
     def __init__(self, rule: str, window: int = 16, max_pools: int = 4, rules: RuleParams | None = None,
                  nominators: tuple[str, ...] = (), preempt_slots: int = 0) -> None:
-        if not is_teacher(rule, nominators) or rule in PICKERS:
+        if not acts_itself(rule, nominators):
             raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
         self.rule = rule
         self.name = f"teacher:{rule}"
