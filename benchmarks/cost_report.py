@@ -109,13 +109,11 @@ def _policy(name: str, baseline_rules: str = "", model: Any = None) -> Any:
 
 def same_rule_rows(model: Any, policies: list[str]) -> list[str]:
     """The rows issue 16 puts beside a model: each spot baseline behind the model's served rules
-    (``NAME+rules``; not the on-demand-only ones, as in the family benchmark), and the teacher the
-    model was cloned from when it is a heuristic of its own (``teacher:NAME+rules``)."""
+    (``NAME+rules``; not the on-demand-only ones, as in the family benchmark), and the teachers of
+    :func:`~rlsched.train.generalisation.teacher_baselines` (``teacher:NAME+rules``)."""
     ruled = bool(model.rule_params)
     names = [p + G.RULED for p in policies if ruled and p not in ON_DEMAND_ONLY and not p.startswith("ppo:")]
-    teacher = G.cloned_teacher(model.card)
-    if teacher:
-        names.append(G.TEACHER + teacher + (G.RULED if ruled else ""))
+    names += [G.TEACHER + t + (G.RULED if ruled else "") for t in G.teacher_baselines(model.card)]
     return names
 
 

@@ -22,6 +22,11 @@ exceeds the spot pools' free and provisioning GPUs, and on-demand only for the w
 at-risk demand (the window is what the student observes); idle nodes are stopped by the
 engine's idle-stop rule, so it never scales down.
 
+``sjf-spot-reserve`` is ``sjf-spot-first`` made for bursts of deadline jobs that fill spot
+(:func:`_reserve_risk`): a job no spot can come for goes first by its deadline and turns at
+risk 30 minutes earlier, and "queued too long" counts only while on-demand has room for it
+beyond the urgent jobs' demand. It is the teacher ``models/spot`` is anchored to.
+
 With a codec that has preempt slots (``preempt_slots`` > 0), the ``follow:NAME`` teachers
 also preempt as the ``preempt_long`` rule decides
 (:class:`~rlsched.policies.rules.preempt_long.LongJobPreemption`, default parameters):
@@ -44,7 +49,9 @@ if TYPE_CHECKING:
     from rlsched.envs.codec import ObservationCodec
 
 #: teacher names accepted by ``bc.teacher`` in an experiment file (plus ``follow:NAME`` for a nominator NAME)
-TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "best-follow", "lookahead")
+TEACHERS = ("weighted-priority", "sjf", "sjf-spot-first", "sjf-spot-reserve", "best-follow", "lookahead")
+#: the cost-aware teachers of spot fleets (each is a baseline beside a model taught by any of them)
+SPOT_TEACHERS = ("sjf-spot-first", "sjf-spot-reserve")
 #: teachers that pick among the follow teachers (per world, per state) rather than act themselves
 PICKERS = ("best-follow", "lookahead")
 #: ``follow:NAME`` teaches "place what heuristic NAME would place next" through a nominating codec
@@ -65,19 +72,43 @@ def acts_itself(rule: str, nominators: tuple[str, ...] = ()) -> bool:
     follow teachers): what a :class:`~rlsched.train.teacher.TeacherScheduler` runs and a codec anchors to."""
     return is_teacher(rule, nominators) and rule not in PICKERS
 
+
+def acting_teachers() -> list[str]:
+    """The :data:`TEACHERS` that act themselves (error messages list them)."""
+    return [t for t in TEACHERS if t not in PICKERS]
+
+
 #: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
 AT_RISK_WAIT_S = 3600.0
 
 
 def at_risk(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -> bool:
     """Whether a queued job should be given on-demand capacity (see the module doc)."""
+    return urgent(run, estimate, now, ondemand_delay_s) or waited_too_long(run, estimate, now)
+
+
+def urgent(run: JobRun, estimate: float, now: float, ondemand_delay_s: float) -> bool:
+    """At risk whatever the queue: not preemptible, or too little deadline slack to wait for spot."""
     job = run.job
     if not job.preemptible:
         return True
     remaining = max(estimate - run.work_done, 0.0)
-    if job.deadline is not None and job.deadline - now - remaining < remaining + ondemand_delay_s:
-        return True
+    return job.deadline is not None and job.deadline - now - remaining < remaining + ondemand_delay_s
+
+
+def waited_too_long(run: JobRun, estimate: float, now: float) -> bool:
+    """Queued longer than ``max(estimate, 1 h)``: spot that stays short that long is not coming soon."""
     return run.queued_s + (now - run.enqueued_at) > max(estimate, AT_RISK_WAIT_S)
+
+
+def ondemand_room(state: ClusterState, pools: list[Pool]) -> int:
+    """On-demand GPUs a queued job could still get: free, provisioning, and not yet bought (``pools``'s)."""
+    room = 0
+    for pool in pools:
+        if pool.spec.kind is PoolKind.ONDEMAND:
+            room += pool.free_whole_gpus() + provisioning_gpus(pool)
+            room += max(pool.spec.max_nodes - len(pool.nodes), 0) * pool.spec.gpus_per_node
+    return room
 
 
 #: pool order of the spot-first teacher: on-prem, then spot, then on-demand (cheapest first within a kind)
@@ -90,7 +121,40 @@ def _price(state: ClusterState, pool: Pool) -> float:
     return q.price_per_gpu_hour if q else 0.0
 
 
-def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray) -> int:
+#: ``sjf-spot-reserve``: a job no spot can come for turns at risk this much earlier
+STUCK_EARLY_S = 1800.0
+
+
+def _reserve_risk(state: ClusterState, pools: list[Pool], runs: list[JobRun], now: float,
+                  ondemand_delay_s: float) -> tuple[list[bool], list[bool]]:
+    """``sjf-spot-reserve``'s at-risk flags and its go-first flags for the window ``runs``.
+
+    Three changes to ``sjf-spot-first``'s rule, each for what it does in a burst of deadline
+    jobs that fills spot (BENCHMARKS.md, "A teacher for bursts"):
+
+    * a job that no spot can come for (:func:`~rlsched.policies.heuristics.spot.obtainable`: no
+      spot pool it fits has headroom or nodes provisioning) goes first, least slack first, even
+      before it is at risk: its wait for spot has no end in sight, so its deadline orders it;
+    * such a job also turns at risk :data:`STUCK_EARLY_S` earlier, so it may buy or take
+      on-demand before the burst's other jobs turn urgent with it;
+    * the "queued longer than max(estimate, 1 h)" clause holds only while the on-demand pools'
+      free, provisioning and unbought GPUs, less the window's urgent demand, still fit the job:
+      in a burst, jobs that merely waited must not take the on-demand capacity urgent ones need.
+    """
+    from rlsched.policies.heuristics.spot import obtainable
+
+    est = state.estimator.estimate
+    estimates = [est(r.job) for r in runs]
+    stuck = [not obtainable(state, r, PoolKind.SPOT) for r in runs]
+    must = [urgent(r, e, now, ondemand_delay_s + (STUCK_EARLY_S if s else 0.0))
+            for r, e, s in zip(runs, estimates, stuck, strict=True)]
+    spare = ondemand_room(state, pools) - sum(r.job.gpu_demand for r, m in zip(runs, must, strict=True) if m)
+    risky = [m or (r.job.gpu_demand <= spare and waited_too_long(r, e, now))
+             for r, e, m in zip(runs, estimates, must, strict=True)]
+    return risky, [r or s for r, s in zip(risky, stuck, strict=True)]
+
+
+def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, reserve: bool = False) -> int:
     p_slots = codec.max_pools
     pools = list(state.pools.values())[:p_slots]
     now = state.time
@@ -99,7 +163,11 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
     runs = codec.window_runs(state)
     order = sorted(range(len(pools)), key=lambda p: (
         _KIND_RANK[pools[p].spec.kind], _price(state, pools[p])))
-    risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
+    if reserve:
+        risky, first = _reserve_risk(state, pools, runs, now, od_delay)
+    else:
+        risky = [at_risk(r, est(r.job), now, od_delay) for r in runs]
+        first = risky
 
     def slack(i: int) -> float:
         dl = runs[i].job.deadline
@@ -107,7 +175,7 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
 
     # At-risk jobs first, least slack first (earliest-deadline style); then SJF, oldest first on ties.
     ranked = sorted(range(len(runs)), key=lambda i: (
-        (0, slack(i), runs[i].job.submit_time) if risky[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
+        (0, slack(i), runs[i].job.submit_time) if first[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
     # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so a first pass
     # that places nothing means only held on-demand capacity fits. Relaxed jobs then wait for spot -
     # unless waiting is masked because nothing runs or provisions (it could strand the queue): the
@@ -139,8 +207,27 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
                 a = codec.scale_offset + 2 * p
                 if mask[a]:
                     return a
+    if reserve and not mask[codec.wait_action]:
+        return _unstranding_action(codec, mask, order)
     return codec.wait_action
 
+
+def _unstranding_action(codec: ObservationCodec, mask: np.ndarray, order: list[int]) -> int:
+    """A legal action where waiting is not: one node of the first pool in ``order`` that may grow, else the
+    first legal action.
+
+    Waiting is masked where it could strand the queue (nothing runs, nothing comes up; see
+    :meth:`~rlsched.envs.codec.ObservationCodec.unstranded`). ``sjf-spot-first`` still answers "wait"
+    there: run as a scheduler that ends the decision point, as the environment does not. An anchored
+    network cannot take it, so its own untrained scores chose instead - an untrained network anchored
+    to it bought on-demand node after node that its teacher never bought (BENCHMARKS.md, "A teacher
+    for bursts"). ``sjf-spot-reserve`` answers with a legal action, so network and teacher agree.
+    """
+    for p in order:
+        a = codec.scale_offset + 2 * p
+        if mask[a]:
+            return a
+    return int(np.flatnonzero(mask)[0])
 
 
 def _follow_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarray, name: str) -> int:
@@ -254,9 +341,9 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
     if rule.startswith(FOLLOW):
         return _follow_action(codec, state, mask, rule[len(FOLLOW):])
     if rule not in TEACHERS or rule in PICKERS:
-        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
-    if rule == "sjf-spot-first":
-        return _spot_first_action(codec, state, mask)
+        raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(acting_teachers())}, follow:NAME)")
+    if rule in SPOT_TEACHERS:
+        return _spot_first_action(codec, state, mask, reserve=rule == "sjf-spot-reserve")
     k_slots, p_slots = codec.window, codec.max_pools
     runs = codec.window_runs(state)
     pools = list(state.pools.values())[:p_slots]

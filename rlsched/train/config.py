@@ -776,14 +776,13 @@ def _extra_globals(v: Any) -> tuple[str, ...]:
 
 def _anchor(v: Any, nominators: tuple[str, ...]) -> str | None:
     """``anchor:``: a codec-space teacher that acts itself (absent: None, a network without an anchor)."""
-    from rlsched.envs.teacher_actions import PICKERS, TEACHERS, acts_itself
+    from rlsched.envs.teacher_actions import acting_teachers, acts_itself
 
     if v is None:
         return None
     if not isinstance(v, str) or not acts_itself(v, nominators):
-        acting = [t for t in TEACHERS if t not in PICKERS]
-        raise ExperimentError(f"anchor must be one of {', '.join(acting)} (or follow:NAME for a nominator NAME), "
-                              f"got {v!r}")
+        raise ExperimentError(f"anchor must be one of {', '.join(acting_teachers())} "
+                              f"(or follow:NAME for a nominator NAME), got {v!r}")
     return v
 
 

@@ -30,9 +30,10 @@ to ``ondemand-autoscale`` (the on-demand-only reference; a mean of per-window ra
 its deadline misses and lost GPU-hours (totals over the windows); the **best baseline**
 is the cheapest among those with the fewest misses, the **cheapest baseline** the
 cheapest regardless of misses. A candidate cloned from a codec-space teacher that is not a
-registered heuristic (``sjf-spot-first``, the spot recipe's) also faces that teacher, behind the
+registered heuristic (``sjf-spot-reserve``, the spot recipe's) also faces that teacher, behind the
 same rules (``teacher:NAME+rules``), as one more baseline: a network must beat the heuristic it
-imitates, or its training added nothing (BENCHMARKS.md, "The network against its own teacher").
+imitates, or its training added nothing (BENCHMARKS.md, "The network against its own teacher");
+a model of a spot teacher faces every other spot teacher too (:func:`teacher_baselines`).
 The gate's spot rule: a candidate fails a spot family when it has more deadline misses than
 the best baseline (lost GPU-hours and cost against the cheapest baseline are reported beside
 it). A spot model (the card says so: :func:`~rlsched.train.families.is_spot_model`) must have
@@ -259,20 +260,35 @@ def cloned_teacher(card: dict[str, Any]) -> str | None:
     return name
 
 
-def competitors(spot: bool, model_ref: str | None, ruled: bool, teacher: str | None = None) -> list[str]:
+def teacher_baselines(card: dict[str, Any]) -> list[str]:
+    """The codec-space teachers a model faces as baselines: its own (:func:`cloned_teacher`) and, when
+    that is a spot teacher, every other spot teacher too (:data:`~rlsched.envs.teacher_actions.SPOT_TEACHERS`).
+
+    A model anchored to a newer spot teacher must still beat the older one: dropping the teacher that
+    was the cheapest baseline on four unseen families when the recipe changed would lower the bar.
+    """
+    from rlsched.envs.teacher_actions import SPOT_TEACHERS
+
+    own = cloned_teacher(card)
+    if own is None:
+        return []
+    return [own, *(t for t in SPOT_TEACHERS if t != own)] if own in SPOT_TEACHERS else [own]
+
+
+def competitors(spot: bool, model_ref: str | None, ruled: bool, teachers: Sequence[str] = ()) -> list[str]:
     """Who replays a world: on-prem heuristics and the bound, or the spot baselines; then the candidate.
 
     ``ruled`` (the candidate has rules) adds every heuristic behind the same rules
-    (on a spot family every spot baseline but the on-demand-only ones). ``teacher``
-    (:func:`cloned_teacher`) adds the candidate's teacher on spot families, behind the
+    (on a spot family every spot baseline but the on-demand-only ones). ``teachers``
+    (:func:`teacher_baselines`) adds those teachers on spot families, behind the
     candidate's rules when it has any.
     """
     if spot:
         names = list(SPOT_BASELINES)
         if model_ref and ruled:
             names += [b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY]
-        if model_ref and teacher:
-            names.append(TEACHER + teacher + (RULED if ruled else ""))
+        if model_ref:
+            names += [TEACHER + t + (RULED if ruled else "") for t in teachers]
     else:
         names = [*HEURISTICS, BOUND]
         if model_ref and ruled:
@@ -321,18 +337,19 @@ def evaluate_families(
         fam_of.extend([key] * len(ws))
         spot_of.extend([f.kind == "spot"] * len(ws))
     ruled = False
-    teacher: str | None = None
+    teachers: list[str] = []
     if model_ref:
         _init([], model_ref)
         ruled = bool(_model().new_rules())
-        teacher = cloned_teacher(_model().card)  # both kinds of model folder have a card ({} when absent)
+        teachers = teacher_baselines(_model().card)  # both kinds of model folder have a card ({} when absent)
         forecast = getattr(_model(), "forecast", None)
         if forecast is not None:
             # Spot replays run with the model's demand forecaster, every competitor alike
             # (as ``rlsched simulate`` and the cost report do): its policy reads the forecast.
             worlds = [replace(w, forecaster=forecast.forecaster, forecast_horizon_s=forecast.horizon_s)
                       if spot_of[i] else w for i, w in enumerate(worlds)]
-    tasks = [(i, n, spot_of[i]) for i in range(len(worlds)) for n in competitors(spot_of[i], model_ref, ruled, teacher)]
+    tasks = [(i, n, spot_of[i]) for i in range(len(worlds))
+             for n in competitors(spot_of[i], model_ref, ruled, teachers)]
     t0 = time.perf_counter()
     procs = local_processes(len(tasks)) if processes is None else processes
     results, choices = _replay_all(worlds, tasks, model_ref, processes=procs, ray=ray, progress=progress)
@@ -730,7 +747,7 @@ def choice_lines(report: FamilyReport, order: Sequence[str] | None = None) -> li
 SPOT_CAPTION = ("Cost is relative to ondemand-autoscale (on-demand only), a mean of per-window ratios; misses and "
                 "lost GPU-hours are totals over the windows. Best baseline = the cheapest among the baselines with "
                 "the fewest deadline misses (NAME+rules: behind the candidate's rules; teacher:NAME: the heuristic the "
-                "candidate was cloned from); cheapest = the cheapest "
+                "candidate was cloned from or anchored to, and every other spot teacher); cheapest = the cheapest "
                 "baseline regardless of misses. The 95% interval is a bootstrap over the windows of the model's mean "
                 "cost ratio to the best baseline, picked again in every resample. Gate: the candidate fails a family "
                 "with more misses than the best baseline.")

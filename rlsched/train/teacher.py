@@ -20,6 +20,7 @@ from rlsched.envs.teacher_actions import (
     FOLLOW,
     PICKERS,
     TEACHERS,
+    acting_teachers,
     acts_itself,
     at_risk,
     is_teacher,
@@ -48,7 +49,7 @@ class TeacherScheduler:
     def __init__(self, rule: str, window: int = 16, max_pools: int = 4, rules: RuleParams | None = None,
                  nominators: tuple[str, ...] = (), preempt_slots: int = 0) -> None:
         if not acts_itself(rule, nominators):
-            raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(TEACHERS[:3])}, follow:NAME)")
+            raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(acting_teachers())}, follow:NAME)")
         self.rule = rule
         self.name = f"teacher:{rule}"
         self.window, self.max_pools = window, max_pools

@@ -22,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = {"deadline_guard": {"preempt": True, "gangs_off_spot": True, "backlog_buy": True}, "consolidate": {}}
 
 
-def _anchored_folder(tmp_path: Path) -> Path:
+def _anchored_folder(tmp_path: Path, teacher: str = "sjf-spot-first") -> Path:
     import torch
 
     torch.manual_seed(0)
-    codec = ObservationCodec(window=16, max_pools=4).anchor_to("sjf-spot-first")
+    codec = ObservationCodec(window=16, max_pools=4).anchor_to(teacher)
     trained = load_policy_ref(str(ROOT / "models" / "spot")).trained_actions  # spot + on-demand, as spot.yaml trains
     return PolicyModel.save(tmp_path / "m", SlotScorer(codec.observation_space), codec, {}, rules=RULES,
                             trained_actions=trained)
@@ -39,6 +39,20 @@ def test_an_untrained_anchored_network_schedules_as_its_teacher(tmp_path: Path) 
     world = SpotFamily("t", "", "philly-early", "mkt-volatile", "V100-16GB", spot_nodes=8).windows(1, 200)[0]
     mine = run_world(world, model.scheduler("anchored")).result()
     teacher = run_world(world, TeacherScheduler("sjf-spot-first", 16, 4, rules=RULES)).result()
+    for key in ("cost_usd", "deadline_misses", "mean_jct_s", "restarts"):
+        assert mine[key] == teacher[key], key
+
+
+def test_anchored_to_sjf_spot_reserve_it_is_its_teacher_where_waiting_is_masked(tmp_path: Path) -> None:
+    """Philly hours 1154-1202 under a mkt-volatile draw: the fleet empties between jobs and a queued job then fits
+    nowhere, so the loop masks waiting. ``sjf-spot-first`` answers "wait" there, which an anchored network cannot
+    take (its own scores bought on-demand nodes: 11% dearer than the teacher's row). ``sjf-spot-reserve`` answers
+    with a legal action, and the untrained network replays it exactly."""
+    model = load_policy_ref(str(_anchored_folder(tmp_path, "sjf-spot-reserve")))
+    fam = SpotFamily("t", "", "philly-early", "mkt-volatile", "V100-16GB", spot_nodes=8)
+    world = next(w for w in fam.windows(12, 800, seed0=500) if "1154-1202h" in w.label)
+    mine = run_world(world, model.scheduler("anchored")).result()
+    teacher = run_world(world, TeacherScheduler("sjf-spot-reserve", 16, 4, rules=RULES)).result()
     for key in ("cost_usd", "deadline_misses", "mean_jct_s", "restarts"):
         assert mine[key] == teacher[key], key
 
@@ -100,3 +114,6 @@ def test_the_final_evaluation_shows_the_teacher_an_anchored_network_started_as()
     assert [r().name for r in teacher_rows(replace(anchored, bc=BcParams(steps=0)))] == ["teacher:sjf"]
     same = replace(exp, anchor="weighted-priority")
     assert [r().name for r in teacher_rows(same)] == ["teacher:weighted-priority"]
+    # a spot teacher brings every other spot teacher along, as the family benchmark does
+    spot = replace(exp, anchor="sjf-spot-reserve", bc=BcParams(steps=0))
+    assert [r().name for r in teacher_rows(spot)] == ["teacher:sjf-spot-reserve", "teacher:sjf-spot-first"]

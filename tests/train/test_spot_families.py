@@ -126,9 +126,9 @@ def test_a_ruled_spot_model_meets_the_spot_baselines_behind_the_same_rules() -> 
                             windows=1, max_jobs=40)
     row = next(iter(rep.spot_windows["spot-cheap-stable"].values()))
     ruled = {n for n in row if n.endswith("+rules")}
-    # on-demand-only: bare; the teacher the network was cloned from joins, behind the same rules
+    # on-demand-only: bare; the network's teacher and every other spot teacher join, behind the same rules
     assert ruled == {"spot-greedy+rules", "spot-fallback+rules", "uniform-progress+rules",
-                     "teacher:sjf-spot-first+rules"}
+                     "teacher:sjf-spot-first+rules", "teacher:sjf-spot-reserve+rules"}
     s = rep.summaries["spot-cheap-stable"]
     assert CANDIDATE in row and "model_misses" in s and set(s["baselines"]) == set(SPOT_BASELINES) | ruled
     assert "| spot-cheap-stable | unseen | 1 |" in spot_table(rep) and "model cost vs OD" in spot_table(rep)
@@ -152,8 +152,8 @@ def test_the_teacher_row_is_the_teacher_replayed_behind_the_models_served_rules(
     assert "teacher:sjf-spot-first+rules" in rep.summaries["spot-cheap-stable"]["baselines"]
 
 
-def test_only_a_teacher_of_its_own_joins_the_baselines() -> None:
-    from rlsched.train.generalisation import cloned_teacher, competitors
+def test_only_teachers_of_their_own_join_the_baselines() -> None:
+    from rlsched.train.generalisation import cloned_teacher, competitors, teacher_baselines
 
     def card(teacher: str | None) -> dict[str, Any]:
         return {"behaviour_cloning": {"teacher": teacher}} if teacher else {}
@@ -166,10 +166,16 @@ def test_only_a_teacher_of_its_own_joins_the_baselines() -> None:
     # an anchored model's teacher is the one it acts as before any training (cloned or not)
     assert cloned_teacher({"anchor": "sjf-spot-first", "behaviour_cloning": None}) == "sjf-spot-first"
     assert cloned_teacher({"anchor": "sjf", **card("sjf-spot-first")}) is None
-    assert competitors(True, "m", True, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first+rules", CANDIDATE]
-    assert competitors(True, "m", False, "sjf-spot-first")[-2:] == ["teacher:sjf-spot-first", CANDIDATE]
-    assert not any(n.startswith("teacher:") for n in competitors(False, "m", True, "sjf-spot-first"))
-    assert not any(n.startswith("teacher:") for n in competitors(True, None, False, "sjf-spot-first"))
+    assert competitors(True, "m", True, ["sjf-spot-first"])[-2:] == ["teacher:sjf-spot-first+rules", CANDIDATE]
+    assert competitors(True, "m", False, ["sjf-spot-first"])[-2:] == ["teacher:sjf-spot-first", CANDIDATE]
+    assert not any(n.startswith("teacher:") for n in competitors(False, "m", True, ["sjf-spot-first"]))
+    assert not any(n.startswith("teacher:") for n in competitors(True, None, False, ["sjf-spot-first"]))
+    # a model of one spot teacher faces every spot teacher, its own first; another teacher only itself
+    assert teacher_baselines(card("sjf-spot-first")) == ["sjf-spot-first", "sjf-spot-reserve"]
+    assert teacher_baselines({"anchor": "sjf-spot-reserve"}) == ["sjf-spot-reserve", "sjf-spot-first"]
+    assert teacher_baselines(card("sjf")) == []
+    assert competitors(True, "m", True, teacher_baselines(card("sjf-spot-first")))[-3:] == [
+        "teacher:sjf-spot-first+rules", "teacher:sjf-spot-reserve+rules", CANDIDATE]
 
 
 def test_generated_market_worlds_keep_the_jobs_and_fleet_under_drawn_markets() -> None:
