@@ -1,0 +1,225 @@
+"""The training-side spot grid: where spot recipes, teachers and rules are chosen, never judged.
+
+Issue 16 judges a spot model on families it never saw (``benchmarks/generalisation.py
+--families spot``, window seeds 1000 and up, Philly from hour 1800). Choices made while building
+a model - a teacher, a rule, a recipe - must be made elsewhere, or the benchmark stops being
+unseen. This grid is that elsewhere: six families of 12 windows drawn from the *training* side
+only, on the fleets of the spot families:
+
+* five generated workloads (:mod:`rlsched.workload.generator`, seeds 500-511) under the generated
+  markets (:mod:`rlsched.market.generator`, the same seeds): steady under ``mkt-cheap-stable`` and
+  ``mkt-long-outages`` (A100-80GB), heavy-tail under ``mkt-expensive`` (H100), steady under
+  ``mkt-regional`` (three spot pools of 4 nodes, H100), bursty under ``mkt-correlated-outages`` (H100);
+* Philly's first 1,800 hours (the part the spot recipe trains on) under ``mkt-volatile`` draws
+  (V100), which holds the burst of deadline jobs at hours 686-734.
+
+Every window is replayed under the spot baselines, bare and behind the rules the model folder
+(``--rules``, default ``models/spot``) is served with, its forecaster running for every
+competitor as in the benchmark; then each ``--teacher`` (a codec-space teacher behind the same
+rules, ``teacher:NAME+rules``) and, with ``--model``, the model. Per family: cost relative to
+on-demand-only (a mean of per-window ratios) and deadline misses (a total). The **best baseline**
+is the cheapest of those with the fewest misses among the baselines alone - teachers and the
+model are what is being chosen, so they never set the bar - and "misses over best" sums, over the
+families, each row's misses beyond it. A rule to adopt anything on this grid is written down
+before its run (BENCHMARKS.md)::
+
+    python benchmarks/spot_grid.py --model models/spot --teacher sjf-spot-first --jobs 2
+    python benchmarks/spot_grid.py --teacher sjf-spot-first --teacher sjf-spot-reserve --no-baselines
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import shlex
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+#: (name, workload, market, GPU model, spot nodes per market region): the grid's families
+GRID = (
+    ("cheap-stable", "gen:steady", "mkt-cheap-stable", "A100-80GB", 8),
+    ("expensive", "gen:heavy-tail", "mkt-expensive", "H100-80GB", 8),
+    ("long-outages", "gen:steady", "mkt-long-outages", "A100-80GB", 8),
+    ("regional", "gen:steady", "mkt-regional", "H100-80GB", 4),
+    ("correlated", "gen:bursty", "mkt-correlated-outages", "H100-80GB", 8),
+    ("philly-volatile", "philly-early", "mkt-volatile", "V100-16GB", 8),
+)
+#: the grid's window seeds start here (the benchmark's start at 1000)
+SEED0 = 500
+CANDIDATE = "model"
+
+_WORLDS: list[Any] = []
+_RULES_REF = ""
+_MODEL_REF: str | None = None
+_LOADED: dict[str, Any] = {}
+
+
+def _load(ref: str) -> Any:
+    if ref not in _LOADED:
+        from rlsched.learned.ppo import load_policy_ref
+
+        _LOADED[ref] = load_policy_ref(ref)
+    return _LOADED[ref]
+
+
+def grid_worlds(windows: int, max_jobs: int, rules_ref: str, names: list[str] | None = None) -> list[Any]:
+    """The grid's worlds (``names``: a subset of its families), each with the rules folder's forecaster."""
+    from rlsched.train.families import SpotFamily
+
+    class TrainingSide(SpotFamily):
+        """A spot family cut from the training side: seeds from :data:`SEED0`, no window avoided."""
+
+        def windows(self, count: int, max_jobs: int | None = None, avoid: Any = (), seed0: int = SEED0) -> list[Any]:
+            return super().windows(count, max_jobs, (), seed0=SEED0)
+
+    worlds: list[Any] = []
+    for name, workload, market, gpu, spot_nodes in GRID:
+        if names and name not in names:
+            continue
+        worlds += TrainingSide(name, "", workload, market, gpu, spot_nodes=spot_nodes).windows(windows, max_jobs)
+    forecast = getattr(_load(rules_ref), "forecast", None)
+    if forecast is not None:
+        worlds = [replace(w, forecaster=forecast.forecaster, forecast_horizon_s=forecast.horizon_s) for w in worlds]
+    return worlds
+
+
+def _init(windows: int, max_jobs: int, rules_ref: str, model_ref: str | None, names: list[str] | None) -> None:
+    global _RULES_REF, _MODEL_REF
+    _RULES_REF, _MODEL_REF = rules_ref, model_ref
+    _WORLDS[:] = grid_worlds(windows, max_jobs, rules_ref, names)
+
+
+def _replay(task: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
+    """Replay world ``i`` under competitor ``name`` (in a worker process)."""
+    from rlsched.train.evaluate import run_world
+    from rlsched.train.generalisation import SPOT_METRICS, competitor_scheduler
+
+    i, name = task
+    if name == CANDIDATE:
+        assert _MODEL_REF is not None
+        sched = _load(_MODEL_REF).scheduler(CANDIDATE)
+    else:
+        sched = competitor_scheduler(name, lambda: _load(_RULES_REF))
+    result = run_world(_WORLDS[i], sched).result()
+    return i, name, {k: float(result[k]) for k in SPOT_METRICS}
+
+
+def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
+    """``{family: {window: {competitor: metrics}}}`` -> per family and competitor ``(cost vs OD, misses)``,
+    each family's best baseline, and per competitor its mean cost and misses over best."""
+    from rlsched.train.generalisation import ONDEMAND_REFERENCE, TEACHER
+
+    def is_baseline(name: str) -> bool:
+        return name != CANDIDATE and not name.startswith(TEACHER)
+
+    table: dict[str, dict[str, tuple[float, int]]] = {}
+    best: dict[str, tuple[str, float, int]] = {}
+    for fam, wins in rows.items():
+        names = sorted({n for row in wins.values() for n in row})
+        cells = {}
+        for n in names:
+            ws = [w for w in wins if n in wins[w] and wins[w][ONDEMAND_REFERENCE]["cost_usd"] > 0]
+            cells[n] = (statistics.fmean(wins[w][n]["cost_usd"] / wins[w][ONDEMAND_REFERENCE]["cost_usd"] for w in ws),
+                        int(sum(wins[w][n]["deadline_misses"] for w in ws)))
+        table[fam] = cells
+        base = [n for n in cells if is_baseline(n)]
+        if base:
+            b = min(base, key=lambda n: (cells[n][1], cells[n][0], n))
+            best[fam] = (b, *cells[b])
+    everyone = sorted({n for cells in table.values() for n in cells}, key=lambda n: (not is_baseline(n), n))
+    totals = {}
+    for n in everyone:
+        fams = [f for f in table if n in table[f]]
+        over = sum(max(0, table[f][n][1] - best[f][2]) for f in fams if f in best)
+        totals[n] = {"mean_cost_vs_od": statistics.fmean(table[f][n][0] for f in fams), "misses_over_best": over}
+    return {"table": table, "best": best, "totals": totals, "order": everyone}
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The grid as a markdown table: cost vs on-demand-only (misses) per family, mean, misses over best."""
+    table, best = summary["table"], summary["best"]
+    fams = list(table)
+    lines = ["| competitor | " + " | ".join(fams) + " | mean | misses over best |",
+             "|---|" + "---:|" * (len(fams) + 2)]
+    if best:
+        lines.append("| best baseline | " + " | ".join(
+            f"{best[f][1]:.3f} ({best[f][2]})" if f in best else "-" for f in fams) + " | | |")
+    for n in summary["order"]:
+        cells = [f"{table[f][n][0]:.3f} ({table[f][n][1]})" if n in table[f] else "-" for f in fams]
+        t = summary["totals"][n]
+        over = t["misses_over_best"] if best else "-"
+        lines.append(f"| {n} | " + " | ".join(cells) + f" | {t['mean_cost_vs_od']:.3f} | {over} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--model", default=None, help="a spot model folder to replay (omit: baselines and teachers)")
+    ap.add_argument("--rules", default="models/spot",
+                    help="the model folder whose served rules and forecaster every competitor runs with")
+    ap.add_argument("--teacher", action="append", default=[], help="a codec-space teacher to replay (repeatable)")
+    ap.add_argument("--no-baselines", action="store_true", help="replay only the on-demand reference, teachers, model")
+    ap.add_argument("--families", default="", help="comma-separated subset of the grid's families")
+    ap.add_argument("--windows", type=int, default=12, help="windows per family")
+    ap.add_argument("--max-jobs", type=int, default=800, help="jobs per window at most")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--json", default=None, help="write every replay's metrics to this JSON file")
+    args = ap.parse_args(argv)
+
+    from rlsched.envs.teacher_actions import acting_teachers
+    from rlsched.errors import RlschedError
+    from rlsched.train.generalisation import ON_DEMAND_ONLY, ONDEMAND_REFERENCE, RULED, SPOT_BASELINES, TEACHER
+
+    names = [n.strip() for n in args.families.split(",") if n.strip()]
+    known = [g[0] for g in GRID]
+    bad = [n for n in names if n not in known] + [t for t in args.teacher if t not in acting_teachers()]
+    if bad or args.windows < 1 or args.max_jobs < 2 or args.jobs < 1:
+        what = f"unknown family or teacher {bad[0]!r} (families: {', '.join(known)}; teachers: " \
+               f"{', '.join(acting_teachers())})" if bad else "--windows and --jobs must be >= 1, --max-jobs >= 2"
+        print(f"error: {what}", file=sys.stderr)
+        return 1
+    try:
+        rules = _load(args.rules)
+        if not rules.new_rules():
+            raise RlschedError(f"{args.rules} is served without rules: the grid compares behind a model's rules")
+        if args.model:
+            _load(args.model)
+    except (RlschedError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    worlds = grid_worlds(args.windows, args.max_jobs, args.rules, names or None)
+    competitors = [ONDEMAND_REFERENCE] if args.no_baselines else \
+        [*SPOT_BASELINES, *(b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY)]
+    competitors += [TEACHER + t + RULED for t in args.teacher] + ([CANDIDATE] if args.model else [])
+    tasks = [(i, n) for i in range(len(worlds)) for n in competitors]
+    print(f"{len(worlds)} windows x {len(competitors)} competitors on {args.jobs} process(es)", file=sys.stderr)
+    t0 = time.perf_counter()
+    rows: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    init = (args.windows, args.max_jobs, args.rules, args.model, names or None)
+    if args.jobs > 1:
+        # spawned, not forked: this process has loaded a torch model, whose thread pools a fork would copy
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(args.jobs, mp_context=spawn, initializer=_init, initargs=init) as pool:
+            results = list(pool.map(_replay, tasks, chunksize=1))
+    else:
+        _init(*init)
+        results = [_replay(t) for t in tasks]
+    for i, n, metrics in results:
+        rows.setdefault(worlds[i].label.split("/")[0], {}).setdefault(worlds[i].label, {})[n] = metrics
+    wall = time.perf_counter() - t0
+    print(render(summarise(rows)))
+    args_text = "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"\nCommand: `python benchmarks/spot_grid.py{args_text}` ({len(tasks)} replays in {wall:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Smoke run of benchmarks/spot_grid.py: the training-side grid's table, and what sets its bar."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("spot_grid", ROOT / "benchmarks" / "spot_grid.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_grid_table_has_every_baseline_the_teacher_and_the_model(run_benchmark: Callable[..., Any]) -> None:
+    pytest.importorskip("torch")
+    if not (ROOT / "models" / "spot" / "policy.pt").exists():
+        pytest.skip("models/spot is not in this checkout")
+    proc = run_benchmark("spot_grid.py", "--families", "cheap-stable", "--windows", "1", "--max-jobs", "60",
+                         "--teacher", "sjf-spot-first", "--model", "models/spot")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"best baseline", "ondemand-autoscale", "spot-greedy+rules", "uniform-progress+rules",
+            "teacher:sjf-spot-first+rules", "model"} <= set(rows)
+    assert "| 1.000 (" in rows["ondemand-autoscale"]  # the reference, against itself
+    assert "Command: `python benchmarks/spot_grid.py --families cheap-stable" in proc.stdout
+
+
+def test_teachers_and_the_model_never_set_the_bar() -> None:
+    mod = _module()
+
+    def m(cost: float, misses: int) -> dict[str, float]:
+        return {"cost_usd": cost, "deadline_misses": misses}
+
+    rows = {"fam": {"fam/w1": {"ondemand-autoscale": m(100.0, 9), "spot-greedy+rules": m(60.0, 2),
+                               "uniform-progress+rules": m(70.0, 1), "teacher:sjf-spot-first+rules": m(50.0, 0),
+                               "model": m(40.0, 4)}}}
+    s = mod.summarise(rows)
+    assert s["best"]["fam"] == ("uniform-progress+rules", 0.7, 1)  # fewest misses among baselines, then cost
+    assert s["totals"]["model"] == {"mean_cost_vs_od": 0.4, "misses_over_best": 3}
+    assert s["totals"]["teacher:sjf-spot-first+rules"]["misses_over_best"] == 0
+    table = mod.render(s)
+    assert "| best baseline | 0.700 (1) | | |" in table and "| model | 0.400 (4) | 0.400 | 3 |" in table
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--families", "calm"], "unknown family or teacher 'calm'"),
+    (["--teacher", "sjf-spot-last"], "unknown family or teacher 'sjf-spot-last'"),
+    (["--windows", "0"], "--windows and --jobs must be >= 1"),
+])
+def test_bad_input_is_one_line(run_benchmark: Callable[..., Any], args: list[str], message: str) -> None:
+    proc = run_benchmark("spot_grid.py", *args)
+    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
