@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid as _uuid
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -400,6 +401,10 @@ class ClusterState:
         #: seconds of work between checkpoints for jobs that name none (the world's default:
         #: the simulator sets its ``SimConfig`` value; see :mod:`rlsched.cluster.checkpoint`).
         self.checkpoint_interval_s = DEFAULT_CHECKPOINT_INTERVAL_S
+        #: when the next event is due (None: nothing is left to happen), where the world can say: the
+        #: simulator sets its own ``next_event_time``; the live runtime leaves it None (time goes on).
+        #: The codec masks waiting only where nothing is left to happen (see ``ObservationCodec.unstranded``).
+        self.next_event_due: Callable[[], float | None] | None = None
 
     # --- demand signal ------------------------------------------------------------------
     ARRIVAL_TAU_S = 3600.0

@@ -923,11 +923,24 @@ class ObservationCodec:
         return obs
 
     def unstranded(self, state: ClusterState, mask: np.ndarray) -> np.ndarray:
-        """``mask`` without waiting when nothing runs, nothing is coming up and something else is legal:
-        waiting then could strand the queue. Training masks it there (the environment's mask), so the
-        served loop and the anchor do the same. ``mask`` itself is never changed."""
-        if not state.running and mask[: self.wait_action].any() and not any(
-                n.status is NodeStatus.PROVISIONING for n in state.nodes.values()):
+        """``mask`` without waiting where waiting could strand the queue and something else is legal.
+
+        That is where nothing is left to happen: the environment's rule, read from the simulator
+        (``state.next_event_due``). Where the world cannot say (the live runtime), the guess is that
+        nothing runs and nothing is coming up. The served loop, the environment and the anchor all
+        use this, so a policy may wait in serving exactly where it could in training. (They used to
+        differ: the served loop and the anchor took the guess everywhere, so a network trained to wait
+        while a job fitted nowhere and arrivals were still due was made to act in serving instead -
+        BENCHMARKS.md, "A teacher for bursts".) ``mask`` itself is never changed."""
+        if not mask[: self.wait_action].any():
+            return mask
+        due = state.next_event_due
+        if due is not None:
+            stranding = due() is None
+        else:
+            stranding = not state.running and not any(
+                n.status is NodeStatus.PROVISIONING for n in state.nodes.values())
+        if stranding:
             mask = mask.copy()
             mask[self.wait_action] = False
         return mask

@@ -358,11 +358,9 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
         mask = codec.mask(st)
         # Waiting with nothing left to happen would strand the queue and end the episode
         # early - a reward hack (the jobs leave the system unpunished). When no event is
-        # pending and something else is legal, waiting is not.
-        if not eng.done and eng.next_event_time() is None and mask[: codec.wait_action].any():
-            mask = mask.copy()
-            mask[codec.wait_action] = False
-        return mask
+        # pending and something else is legal, waiting is not (the codec's rule, which the
+        # served loop uses too).
+        return mask if eng.done else codec.unstranded(st, mask)
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one action (or wait), then auto-advance past wait-only states."""

@@ -216,12 +216,10 @@ def _unstranding_action(codec: ObservationCodec, mask: np.ndarray, order: list[i
     """A legal action where waiting is not: one node of the first pool in ``order`` that may grow, else the
     first legal action.
 
-    Waiting is masked where it could strand the queue (nothing runs, nothing comes up; see
-    :meth:`~rlsched.envs.codec.ObservationCodec.unstranded`). ``sjf-spot-first`` still answers "wait"
-    there: run as a scheduler that ends the decision point, as the environment does not. An anchored
-    network cannot take it, so its own untrained scores chose instead - an untrained network anchored
-    to it bought on-demand node after node that its teacher never bought (BENCHMARKS.md, "A teacher
-    for bursts"). ``sjf-spot-reserve`` answers with a legal action, so network and teacher agree.
+    Waiting is masked where nothing is left to happen (:meth:`~rlsched.envs.codec.ObservationCodec.unstranded`):
+    it would strand the queue. ``sjf-spot-first`` still answers "wait" there; run as a scheduler, that ends
+    the decision point, but an anchored network cannot take it, and its own scores choose instead.
+    ``sjf-spot-reserve`` answers with a legal action, so network and teacher agree everywhere.
     """
     for p in order:
         a = codec.scale_offset + 2 * p

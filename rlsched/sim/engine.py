@@ -157,6 +157,7 @@ class Engine:
         cfg = self.config
         self.rng = np.random.default_rng(cfg.seed)
         self.state = ClusterState(self.pool_specs)
+        self.state.next_event_due = self.next_event_time
         self.state.estimator.oracle = cfg.oracle_durations
         self.state.checkpoint_interval_s = cfg.checkpoint_interval_s
         self.t0 = self.jobs[0].submit_time if self.jobs else 0.0

@@ -140,3 +140,22 @@ def test_the_environment_runs_long_job_preemption_before_the_agent() -> None:
     assert runs["long"].restarts == 1 and runs["short"].restarts == 0
     assert runs["short"].finish_time == pytest.approx(1100.0)
     assert info["report"]["jobs_completed"] == 2
+
+
+def test_waiting_is_masked_only_where_nothing_is_left_to_happen() -> None:
+    # Nothing runs or comes up and the queued job fits the held on-demand node. The environment lets a policy
+    # wait while an event is still due (a later arrival), so the served loop must too; the live runtime, which
+    # cannot say what is due, keeps the guess "nothing runs and nothing is coming up".
+    pools = [pool("spot", kind=PoolKind.SPOT, nodes=2, lo=0, gpus=2),
+             pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=1, gpus=2)]
+    e = Engine(pools, [job("j", 0, 100, 1, preemptible=True), job("later", 5000, 100, 1, preemptible=True)],
+               FakeMarket(price=1.0))
+    e.reset()
+    assert e.advance() and not e.state.running
+    codec = ObservationCodec(window=4, max_pools=2)
+    mask = codec.mask(e.state)
+    assert mask[codec.wait_action] and e.next_event_time() is not None
+    assert codec.unstranded(e.state, mask)[codec.wait_action]  # "later" is still due: as in training
+    e.state.next_event_due = None  # the live runtime
+    assert not codec.unstranded(e.state, mask)[codec.wait_action]
+    assert mask[codec.wait_action]  # the mask given is never changed

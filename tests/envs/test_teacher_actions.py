@@ -139,9 +139,10 @@ def test_the_reserve_teacher_is_listed_and_acts_legally_on_a_mixed_queue() -> No
 
 
 def test_where_waiting_could_strand_the_queue_the_reserve_teacher_still_acts_legally() -> None:
-    # Spot is one ready node of 2 GPUs at its maximum; a relaxed 4-GPU gang fits nowhere, nothing runs and
-    # nothing comes up, so the loop masks waiting. sjf-spot-first still answers "wait" (its scheduler then
-    # ends the decision point; an anchored network cannot take it); sjf-spot-reserve buys on-demand.
+    # Spot is one ready node of 2 GPUs at its maximum; a relaxed 4-GPU gang fits nowhere and nothing runs.
+    # While an event is still due, waiting stays legal (the environment's rule); once nothing is left to
+    # happen the loop masks it. sjf-spot-first still answers "wait" then (its scheduler ends the decision
+    # point; an anchored network cannot take it); sjf-spot-reserve buys on-demand.
     pools = [pool("spot", kind=PoolKind.SPOT, nodes=1, lo=1, gpus=2),
              pool("od", kind=PoolKind.ONDEMAND, nodes=2, lo=0, gpus=2, delay=300.0)]
     eng = Engine(pools, [job("gang", 0, H, 4, preemptible=True, deadline=48 * H)], FakeMarket(price=1.0),
@@ -150,6 +151,9 @@ def test_where_waiting_could_strand_the_queue_the_reserve_teacher_still_acts_leg
     assert eng.advance()
     st = eng.state
     codec = ObservationCodec(window=4, max_pools=2)
+    st.next_event_due = lambda: st.time + 60.0
+    assert codec.unstranded(st, codec.mask(st))[codec.wait_action]
+    st.next_event_due = lambda: None  # what the simulator says when nothing is left to happen
     mask = codec.unstranded(st, codec.mask(st))
     assert not mask[codec.wait_action] and mask.any()
     assert teacher_action(codec, st, mask, rule="sjf-spot-first") == codec.wait_action  # illegal here
