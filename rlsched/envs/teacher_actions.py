@@ -44,6 +44,7 @@ import numpy as np
 
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
 from rlsched.policies.heuristics.autoscale import provisioning_gpus
+from rlsched.policies.heuristics.spot import obtainable
 
 if TYPE_CHECKING:
     from rlsched.envs.codec import ObservationCodec
@@ -141,8 +142,6 @@ def _reserve_risk(state: ClusterState, pools: list[Pool], runs: list[JobRun], no
       free, provisioning and unbought GPUs, less the window's urgent demand, still fit the job:
       in a burst, jobs that merely waited must not take the on-demand capacity urgent ones need.
     """
-    from rlsched.policies.heuristics.spot import obtainable
-
     est = state.estimator.estimate
     estimates = [est(r.job) for r in runs]
     stuck = [not obtainable(state, r, PoolKind.SPOT) for r in runs]
@@ -178,8 +177,8 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
         (0, slack(i), runs[i].job.submit_time) if first[i] else (1, est(runs[i].job), runs[i].job.submit_time), i))
     # Waiting is illegal while a window job fits on-prem or spot capacity (the mask), so a first pass
     # that places nothing means only held on-demand capacity fits. Relaxed jobs then wait for spot -
-    # unless waiting is masked because nothing runs or provisions (it could strand the queue): the
-    # second pass fills on-demand then.
+    # unless waiting is masked because nothing is left to happen (it would strand the queue; see
+    # ObservationCodec.unstranded): the second pass fills on-demand then.
     # At-risk jobs try on-demand before spot: a reclaim would cost them the deadline.
     risky_order = sorted(order, key=lambda p: pools[p].spec.kind is PoolKind.SPOT)
     for strict in (True, False):
@@ -338,7 +337,7 @@ def teacher_action(codec: ObservationCodec, state: ClusterState, mask: np.ndarra
     """The teacher's choice (``rule``: one of :data:`TEACHERS` or ``follow:NAME``) among the legal actions."""
     if rule.startswith(FOLLOW):
         return _follow_action(codec, state, mask, rule[len(FOLLOW):])
-    if rule not in TEACHERS or rule in PICKERS:
+    if not acts_itself(rule):
         raise ValueError(f"unknown teacher {rule!r} (one of {', '.join(acting_teachers())}, follow:NAME)")
     if rule in SPOT_TEACHERS:
         return _spot_first_action(codec, state, mask, reserve=rule == "sjf-spot-reserve")
