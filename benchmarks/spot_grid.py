@@ -20,7 +20,9 @@ rules, ``teacher:NAME+rules``) and, with ``--model``, the model. Per family: cos
 on-demand-only (a mean of per-window ratios) and deadline misses (a total). The **best baseline**
 is the cheapest of those with the fewest misses among the baselines alone - teachers and the
 model are what is being chosen, so they never set the bar - and "misses over best" sums, over the
-families, each row's misses beyond it. A rule to adopt anything on this grid is written down
+families, each row's misses beyond it. The row "hindsight pick among the baselines" is the family's
+headroom for any policy that chooses among them: each window's cheapest baseline with no more misses
+there than the best baseline, picked after the fact. A rule to adopt anything on this grid is written down
 before its run (BENCHMARKS.md)::
 
     python benchmarks/spot_grid.py --model models/spot --teacher sjf-spot-first --jobs 2
@@ -112,14 +114,17 @@ def _replay(task: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
 
 def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
     """``{family: {window: {competitor: metrics}}}`` -> per family and competitor ``(cost vs OD, misses)``,
-    each family's best baseline, and per competitor its mean cost and misses over best."""
-    from rlsched.train.generalisation import ONDEMAND_REFERENCE, TEACHER
+    each family's best baseline and its headroom (``hindsight``: each window's cheapest baseline with no more
+    misses there than the best, picked after the fact, as ``(cost vs OD, misses)``), and per competitor its
+    mean cost and misses over best."""
+    from rlsched.train.generalisation import ONDEMAND_REFERENCE, TEACHER, hindsight_picks
 
     def is_baseline(name: str) -> bool:
         return name != CANDIDATE and not name.startswith(TEACHER)
 
     table: dict[str, dict[str, tuple[float, int]]] = {}
     best: dict[str, tuple[str, float, int]] = {}
+    hindsight: dict[str, tuple[float, int]] = {}
     for fam, wins in rows.items():
         names = sorted({n for row in wins.values() for n in row})
         cells = {}
@@ -132,13 +137,20 @@ def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[s
         if base:
             b = min(base, key=lambda n: (cells[n][1], cells[n][0], n))
             best[fam] = (b, *cells[b])
+            ws = [w for w in wins if all(n in wins[w] for n in base) and wins[w][ONDEMAND_REFERENCE]["cost_usd"] > 0]
+            if ws:
+                picks = hindsight_picks(wins, ws, base, b)
+                hindsight[fam] = (
+                    statistics.fmean(wins[w][n]["cost_usd"] / wins[w][ONDEMAND_REFERENCE]["cost_usd"]
+                                     for w, n in zip(ws, picks, strict=True)),
+                    int(sum(wins[w][n]["deadline_misses"] for w, n in zip(ws, picks, strict=True))))
     everyone = sorted({n for cells in table.values() for n in cells}, key=lambda n: (not is_baseline(n), n))
     totals = {}
     for n in everyone:
         fams = [f for f in table if n in table[f]]
         over = sum(max(0, table[f][n][1] - best[f][2]) for f in fams if f in best)
         totals[n] = {"mean_cost_vs_od": statistics.fmean(table[f][n][0] for f in fams), "misses_over_best": over}
-    return {"table": table, "best": best, "totals": totals, "order": everyone}
+    return {"table": table, "best": best, "hindsight": hindsight, "totals": totals, "order": everyone}
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -150,6 +162,10 @@ def render(summary: dict[str, Any]) -> str:
     if best:
         lines.append("| best baseline | " + " | ".join(
             f"{best[f][1]:.3f} ({best[f][2]})" if f in best else "-" for f in fams) + " | | |")
+    hindsight = summary.get("hindsight") or {}
+    if hindsight:
+        lines.append("| hindsight pick among the baselines | " + " | ".join(
+            f"{hindsight[f][0]:.3f} ({hindsight[f][1]})" if f in hindsight else "-" for f in fams) + " | | |")
     for n in summary["order"]:
         cells = [f"{table[f][n][0]:.3f} ({table[f][n][1]})" if n in table[f] else "-" for f in fams]
         t = summary["totals"][n]

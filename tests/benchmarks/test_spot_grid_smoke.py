@@ -29,8 +29,8 @@ def test_grid_table_has_every_baseline_the_teacher_and_the_model(run_benchmark: 
                          "--teacher", "sjf-spot-first", "--model", "models/spot")
     assert proc.returncode == 0, proc.stderr
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
-    assert {"best baseline", "ondemand-autoscale", "spot-greedy+rules", "uniform-progress+rules",
-            "teacher:sjf-spot-first+rules", "model"} <= set(rows)
+    assert {"best baseline", "hindsight pick among the baselines", "ondemand-autoscale", "spot-greedy+rules",
+            "uniform-progress+rules", "teacher:sjf-spot-first+rules", "model"} <= set(rows)
     assert "| 1.000 (" in rows["ondemand-autoscale"]  # the reference, against itself
     assert "Command: `python benchmarks/spot_grid.py --families cheap-stable" in proc.stdout
 
@@ -43,13 +43,19 @@ def test_teachers_and_the_model_never_set_the_bar() -> None:
 
     rows = {"fam": {"fam/w1": {"ondemand-autoscale": m(100.0, 9), "spot-greedy+rules": m(60.0, 2),
                                "uniform-progress+rules": m(70.0, 1), "teacher:sjf-spot-first+rules": m(50.0, 0),
-                               "model": m(40.0, 4)}}}
+                               "model": m(40.0, 4)},
+                    "fam/w2": {"ondemand-autoscale": m(100.0, 0), "spot-greedy+rules": m(60.0, 0),
+                               "uniform-progress+rules": m(80.0, 0), "teacher:sjf-spot-first+rules": m(50.0, 0),
+                               "model": m(40.0, 0)}}}
     s = mod.summarise(rows)
-    assert s["best"]["fam"] == ("uniform-progress+rules", 0.7, 1)  # fewest misses among baselines, then cost
+    assert s["best"]["fam"] == ("uniform-progress+rules", 0.75, 1)  # fewest misses among baselines, then cost
     assert s["totals"]["model"] == {"mean_cost_vs_od": 0.4, "misses_over_best": 3}
     assert s["totals"]["teacher:sjf-spot-first+rules"]["misses_over_best"] == 0
+    # the headroom: per window the cheapest baseline missing no more than the best there (never a teacher)
+    assert s["hindsight"]["fam"] == (pytest.approx(0.65), 1)
     table = mod.render(s)
-    assert "| best baseline | 0.700 (1) | | |" in table and "| model | 0.400 (4) | 0.400 | 3 |" in table
+    assert "| best baseline | 0.750 (1) | | |" in table and "| model | 0.400 (4) | 0.400 | 3 |" in table
+    assert "| hindsight pick among the baselines | 0.650 (1) | | |" in table
 
 
 @pytest.mark.parametrize(("args", "message"), [

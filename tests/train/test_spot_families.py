@@ -13,6 +13,7 @@ from rlsched.train.families import FamilyError, exposure, is_spot_model, resolve
 from rlsched.train.generalisation import (
     CANDIDATE,
     SPOT_BASELINES,
+    FamilyReport,
     evaluate_families,
     family_checks,
     spot_table,
@@ -83,6 +84,32 @@ def test_best_is_the_cheapest_of_the_fewest_misses_and_the_gate_refuses_more_mis
     onprem = {"gen-light": {"windows": 2, "best": "sjf", "model_vs_best": 0.99}}
     checks = family_checks(onprem, {"gen-light": "unseen"}, spot_model=True)
     assert [ok for ok, _ in checks] == [True, False] and "no unseen spot family" in checks[1][1]
+
+
+def test_the_spot_headroom_is_a_hindsight_pick_that_misses_no_more_than_the_best() -> None:
+    per_window = {
+        # the cheapest here misses more than the best: the pick is the cheaper of the punctual ones
+        "w1": {"ondemand-autoscale": _row(100, 0), "spot-greedy": _row(30, 2), "spot-fallback": _row(50, 0),
+               "uniform-progress": _row(45, 0)},
+        # here the cheapest misses nothing, so it is the pick
+        "w2": {"ondemand-autoscale": _row(100, 0), "spot-greedy": _row(40, 0), "spot-fallback": _row(60, 0),
+               "uniform-progress": _row(70, 0)},
+    }
+    s = summarise_spot(per_window)
+    assert (s["best"], s["cheapest"]) == ("spot-fallback", "spot-greedy")  # 0 misses, 2 misses
+    assert s["hindsight_cost_vs_best"] == pytest.approx((45 / 50 + 40 / 60) / 2)
+    assert s["hindsight_cost_vs_cheapest"] == pytest.approx((45 / 30 + 40 / 40) / 2)
+    # no per-window pick that keeps the best's deadlines is as cheap as the cheapest: the verdict says so
+    lines = verdict({"spot-x": {**s, "model_misses": 0, "model_lost_gpu_h": 0.0, "model_cost_vs_od": 0.5}},
+                    {"spot-x": "unseen"})
+    assert lines[-1].endswith("is cheaper than the cheapest baseline on 0 of 1")
+    row = next(line for line in spot_table(FamilyReport({"spot-x": s}, {"spot-x": "unseen"})).splitlines()
+               if line.startswith("| spot-x"))
+    assert row.endswith(f"| {s['hindsight_cost_vs_best']:.3f} / {s['hindsight_cost_vs_cheapest']:.3f} |")
+    # where the cheapest keeps deadlines in every window, the pick is at least as cheap as it
+    cheap = summarise_spot({w: {**r, "spot-greedy": _row(r["spot-greedy"]["cost_usd"], 0)}
+                            for w, r in per_window.items()})
+    assert cheap["hindsight_cost_vs_cheapest"] == pytest.approx(1.0) and cheap["best"] == "spot-greedy"
 
 
 def test_the_gate_tag_keeps_the_spot_rule() -> None:
@@ -274,7 +301,6 @@ def test_the_spot_interval_re_picks_the_best_baseline_in_every_resample() -> Non
 
 
 def test_the_spot_table_shows_the_interval() -> None:
-    from rlsched.train.generalisation import FamilyReport
 
     s = summarise_spot(_spot_windows([42.0, 90.0, 48.0, 75.0], [(50.0, 1)] * 4))
     table = spot_table(FamilyReport({"spot-x": s}, {"spot-x": "unseen"})).splitlines()
