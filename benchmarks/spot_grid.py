@@ -16,7 +16,9 @@ only, on the fleets of the spot families:
 Every window is replayed under the spot baselines, bare and behind the rules the model folder
 (``--rules``, default ``models/spot``) is served with, its forecaster running for every
 competitor as in the benchmark; then each ``--teacher`` (a codec-space teacher behind the same
-rules, ``teacher:NAME+rules``) and, with ``--model``, the model. Per family: cost relative to
+rules, ``teacher:NAME+rules``) and, with ``--model``, the model (repeat it to replay several side by side,
+``model:FOLDER`` each: one recipe's seeds differ on this grid by as much as the gaps it decides, so a recipe
+is judged over several). Per family: cost relative to
 on-demand-only (a mean of per-window ratios) and deadline misses (a total). The **best baseline**
 is the cheapest of those with the fewest misses among the baselines alone - teachers and the
 model are what is being chosen, so they never set the bar - and "misses over best" sums, over the
@@ -27,6 +29,7 @@ before its run (BENCHMARKS.md)::
 
     python benchmarks/spot_grid.py --model models/spot --teacher sjf-spot-first --jobs 2
     python benchmarks/spot_grid.py --teacher sjf-spot-first --teacher sjf-spot-reserve --no-baselines
+    python benchmarks/spot_grid.py --model runs/seed0/model --model runs/seed1/model --jobs 2
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ CANDIDATE = "model"
 
 _WORLDS: list[Any] = []
 _RULES_REF = ""
-_MODEL_REF: str | None = None
+#: competitor name -> model folder (``model``, or ``model:FOLDER`` when several are replayed)
+_MODELS: dict[str, str] = {}
 _LOADED: dict[str, Any] = {}
 
 
@@ -91,9 +95,20 @@ def grid_worlds(windows: int, max_jobs: int, rules_ref: str, names: list[str] | 
     return worlds
 
 
-def _init(windows: int, max_jobs: int, rules_ref: str, model_ref: str | None, names: list[str] | None) -> None:
-    global _RULES_REF, _MODEL_REF
-    _RULES_REF, _MODEL_REF = rules_ref, model_ref
+def model_names(refs: list[str]) -> dict[str, str]:
+    """Competitor names for the model folders to replay: ``model`` for one; ``model:NAME`` for several (NAME the
+    folder's name, or its path where two folders share a name), so seeds of one recipe sit side by side."""
+    if len(refs) == 1:
+        return {CANDIDATE: refs[0]}
+    names = [Path(r).name for r in refs]
+    return {f"{CANDIDATE}:{n if names.count(n) == 1 else r}": r for n, r in zip(names, refs, strict=True)}
+
+
+def _init(windows: int, max_jobs: int, rules_ref: str, models: dict[str, str], names: list[str] | None) -> None:
+    global _RULES_REF
+    _RULES_REF = rules_ref
+    _MODELS.clear()
+    _MODELS.update(models)
     _WORLDS[:] = grid_worlds(windows, max_jobs, rules_ref, names)
 
 
@@ -103,9 +118,8 @@ def _replay(task: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
     from rlsched.train.generalisation import SPOT_METRICS, competitor_scheduler
 
     i, name = task
-    if name == CANDIDATE:
-        assert _MODEL_REF is not None
-        sched = _load(_MODEL_REF).scheduler(CANDIDATE)
+    if name in _MODELS:
+        sched = _load(_MODELS[name]).scheduler(name)
     else:
         sched = competitor_scheduler(name, lambda: _load(_RULES_REF))
     result = run_world(_WORLDS[i], sched).result()
@@ -120,7 +134,7 @@ def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[s
     from rlsched.train.generalisation import ONDEMAND_REFERENCE, TEACHER, hindsight_picks
 
     def is_baseline(name: str) -> bool:
-        return name != CANDIDATE and not name.startswith(TEACHER)
+        return not name.startswith((CANDIDATE, TEACHER))
 
     table: dict[str, dict[str, tuple[float, int]]] = {}
     best: dict[str, tuple[str, float, int]] = {}
@@ -176,7 +190,9 @@ def render(summary: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--model", default=None, help="a spot model folder to replay (omit: baselines and teachers)")
+    ap.add_argument("--model", action="append", default=[],
+                    help="a spot model folder to replay (repeatable: seeds of a recipe side by side; omit: baselines "
+                         "and teachers)")
     ap.add_argument("--rules", default="models/spot",
                     help="the model folder whose served rules and forecaster every competitor runs with")
     ap.add_argument("--teacher", action="append", default=[], help="a codec-space teacher to replay (repeatable)")
@@ -204,20 +220,21 @@ def main(argv: list[str] | None = None) -> int:
         rules = _load(args.rules)
         if not rules.new_rules():
             raise RlschedError(f"{args.rules} is served without rules: the grid compares behind a model's rules")
-        if args.model:
-            _load(args.model)
+        for ref in args.model:
+            _load(ref)
     except (RlschedError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     worlds = grid_worlds(args.windows, args.max_jobs, args.rules, names or None)
     competitors = [ONDEMAND_REFERENCE] if args.no_baselines else \
         [*SPOT_BASELINES, *(b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY)]
-    competitors += [TEACHER + t + RULED for t in args.teacher] + ([CANDIDATE] if args.model else [])
+    models = model_names(args.model) if args.model else {}
+    competitors += [TEACHER + t + RULED for t in args.teacher] + list(models)
     tasks = [(i, n) for i in range(len(worlds)) for n in competitors]
     print(f"{len(worlds)} windows x {len(competitors)} competitors on {args.jobs} process(es)", file=sys.stderr)
     t0 = time.perf_counter()
     rows: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    init = (args.windows, args.max_jobs, args.rules, args.model, names or None)
+    init = (args.windows, args.max_jobs, args.rules, models, names or None)
     if args.jobs > 1:
         # spawned, not forked: this process has loaded a torch model, whose thread pools a fork would copy
         spawn = multiprocessing.get_context("spawn")

@@ -67,3 +67,20 @@ def test_bad_input_is_one_line(run_benchmark: Callable[..., Any], args: list[str
     proc = run_benchmark("spot_grid.py", *args)
     assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_several_models_sit_side_by_side_and_never_set_the_bar() -> None:
+    mod = _module()
+    assert mod.model_names(["runs/a/model"]) == {"model": "runs/a/model"}
+    assert mod.model_names(["runs/seed0", "runs/seed1"]) == {"model:seed0": "runs/seed0", "model:seed1": "runs/seed1"}
+    # two folders of one name are told apart by their paths
+    assert mod.model_names(["a/model", "b/model"]) == {"model:a/model": "a/model", "model:b/model": "b/model"}
+
+    def m(cost: float, misses: int) -> dict[str, float]:
+        return {"cost_usd": cost, "deadline_misses": misses}
+
+    rows = {"fam": {"fam/w1": {"ondemand-autoscale": m(100.0, 9), "spot-greedy+rules": m(60.0, 2),
+                               "model:seed0": m(30.0, 0), "model:seed1": m(50.0, 1)}}}
+    s = mod.summarise(rows)
+    assert s["best"]["fam"] == ("spot-greedy+rules", 0.6, 2)
+    assert s["totals"]["model:seed0"]["mean_cost_vs_od"] == 0.3 and "| model:seed1 | 0.500 (1) |" in mod.render(s)
