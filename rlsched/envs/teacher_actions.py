@@ -79,6 +79,17 @@ def acting_teachers() -> list[str]:
     return [t for t in TEACHERS if t not in PICKERS]
 
 
+def with_spot_teachers(taught: list[str]) -> list[str]:
+    """``taught`` and, when any of it is a spot teacher, every other :data:`SPOT_TEACHERS` after it.
+
+    A model of one spot teacher faces them all as baselines (the family benchmark, the cost report, the
+    training run's final evaluation): a model of a newer teacher must still beat the older one.
+    """
+    if not any(t in SPOT_TEACHERS for t in taught):
+        return list(taught)
+    return [*taught, *(t for t in SPOT_TEACHERS if t not in taught)]
+
+
 #: a job without a deadline counts as at risk after queueing this long (or its estimate, if longer)
 AT_RISK_WAIT_S = 3600.0
 

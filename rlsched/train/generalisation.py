@@ -267,12 +267,10 @@ def teacher_baselines(card: dict[str, Any]) -> list[str]:
     A model anchored to a newer spot teacher must still beat the older one: dropping the teacher that
     was the cheapest baseline on four unseen families when the recipe changed would lower the bar.
     """
-    from rlsched.envs.teacher_actions import SPOT_TEACHERS
+    from rlsched.envs.teacher_actions import with_spot_teachers
 
     own = cloned_teacher(card)
-    if own is None:
-        return []
-    return [own, *(t for t in SPOT_TEACHERS if t != own)] if own in SPOT_TEACHERS else [own]
+    return [] if own is None else with_spot_teachers([own])
 
 
 def competitors(spot: bool, model_ref: str | None, ruled: bool, teachers: Sequence[str] = ()) -> list[str]:

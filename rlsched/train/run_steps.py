@@ -308,7 +308,7 @@ class TrainingRun:
 def teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
     """The row(s) PPO was cloned from or anchored to, for the final evaluation: did training improve on the
     teacher it started from? A spot teacher brings every other spot teacher along."""
-    from rlsched.envs.teacher_actions import SPOT_TEACHERS
+    from rlsched.envs.teacher_actions import with_spot_teachers
     from rlsched.train.teacher import FOLLOW, TeacherScheduler
 
     def teacher(rule: str) -> Any:
@@ -321,9 +321,8 @@ def teacher_rows(exp: Experiment) -> list[Callable[[], Any]]:
         if exp.bc.teacher == "lookahead" else [exp.bc.teacher])
     if exp.anchor is not None and exp.anchor not in taught:
         taught.append(exp.anchor)
-    if any(t in SPOT_TEACHERS for t in taught):  # as the family benchmark: every spot teacher is a baseline
-        taught += [t for t in SPOT_TEACHERS if t not in taught]
-    return [functools.partial(teacher, rule) for rule in taught]
+    # as the family benchmark (``teacher_baselines``): every spot teacher is a baseline
+    return [functools.partial(teacher, rule) for rule in with_spot_teachers(taught)]
 
 
 def ruled_baselines(rule_params: dict[str, dict[str, Any]]) -> list[Callable[[], Any]]:

@@ -159,3 +159,11 @@ def test_where_waiting_could_strand_the_queue_the_reserve_teacher_still_acts_leg
     assert teacher_action(codec, st, mask, rule="sjf-spot-first") == codec.wait_action  # illegal here
     a = teacher_action(codec, st, mask, rule="sjf-spot-reserve")
     assert mask[a] and a == codec.scale_offset + 2 * 1  # one on-demand node
+
+
+def test_a_spot_teacher_brings_every_other_spot_teacher_along() -> None:
+    from rlsched.envs.teacher_actions import with_spot_teachers
+
+    assert with_spot_teachers(["sjf-spot-reserve"]) == ["sjf-spot-reserve", "sjf-spot-first"]
+    assert with_spot_teachers(["sjf", "sjf-spot-first"]) == ["sjf", "sjf-spot-first", "sjf-spot-reserve"]
+    assert with_spot_teachers(["sjf"]) == ["sjf"]  # an on-prem teacher brings none
