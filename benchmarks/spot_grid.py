@@ -30,6 +30,11 @@ before its run (BENCHMARKS.md)::
     python benchmarks/spot_grid.py --model models/spot --teacher sjf-spot-first --jobs 2
     python benchmarks/spot_grid.py --teacher sjf-spot-first --teacher sjf-spot-reserve --no-baselines
     python benchmarks/spot_grid.py --model runs/seed0/model --model runs/seed1/model --jobs 2
+    python benchmarks/spot_grid.py --recipe spot=models/spot,runs/s1/model --recipe reserve=runs/r0,runs/r1 --jobs 2
+
+``--recipe NAME=FOLDER,FOLDER,...`` replays each folder (one per seed of the recipe) as ``model:NAME#K`` and adds
+a second table: per recipe and family the mean over its seeds, the seed-mean and the worst seed of the grid mean,
+and the seed-mean of the misses over best - what a rule that compares recipes rather than networks is written on.
 """
 
 from __future__ import annotations
@@ -104,6 +109,56 @@ def model_names(refs: list[str]) -> dict[str, str]:
     return {f"{CANDIDATE}:{n if names.count(n) == 1 else r}": r for n, r in zip(names, refs, strict=True)}
 
 
+def recipe_models(specs: list[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """``NAME=FOLDER,FOLDER,...`` per recipe -> (competitor name -> folder, recipe -> its competitors in order).
+
+    A :class:`ValueError` names the first malformed spec (no ``=``, no name, no folder, a name used twice).
+    """
+    models: dict[str, str] = {}
+    recipes: dict[str, list[str]] = {}
+    for spec in specs:
+        name, eq, folders = spec.partition("=")
+        refs = [f.strip() for f in folders.split(",") if f.strip()]
+        name = name.strip()
+        if not eq or not name or not refs or name in recipes or any(c in name for c in ",:#"):
+            raise ValueError(f"--recipe {spec!r}: expected NAME=FOLDER[,FOLDER...] with a new name "
+                             "(no ',', ':' or '#')")
+        recipes[name] = [f"{CANDIDATE}:{name}#{k}" for k in range(len(refs))]
+        models.update(zip(recipes[name], refs, strict=True))
+    return models, recipes
+
+
+def summarise_recipes(summary: dict[str, Any], recipes: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Per recipe, from :func:`summarise`'s result: each family's cost averaged over the seeds, the seed-mean and
+    worst seed of the grid mean cost, and the seed-mean of the misses over best (with every seed's own values)."""
+    table, totals = summary["table"], summary["totals"]
+    out: dict[str, dict[str, Any]] = {}
+    for name, seeds in recipes.items():
+        means = [totals[s]["mean_cost_vs_od"] for s in seeds]
+        over = [totals[s]["misses_over_best"] for s in seeds]
+        out[name] = {
+            "seeds": len(seeds),
+            "family": {f: statistics.fmean(table[f][s][0] for s in seeds) for f in table
+                       if all(s in table[f] for s in seeds)},
+            "mean": statistics.fmean(means), "worst": max(means), "seed_means": means,
+            "misses_over_best": statistics.fmean(over), "seed_misses_over_best": over,
+        }
+    return out
+
+
+def render_recipes(recipes: dict[str, dict[str, Any]]) -> str:
+    """The recipes over their seeds as a markdown table: family seed-means, mean, worst seed, misses over best."""
+    fams = list(next(iter(recipes.values()))["family"]) if recipes else []
+    lines = ["| recipe (seeds) | " + " | ".join(fams) + " | seed-mean | worst seed | misses over best (seed-mean) |",
+             "|---|" + "---:|" * (len(fams) + 3)]
+    for name, r in recipes.items():
+        cells = [f"{r['family'][f]:.3f}" if f in r["family"] else "-" for f in fams]
+        seeds = ", ".join(f"{m:.3f}" for m in r["seed_means"])
+        lines.append(f"| {name} ({r['seeds']}: {seeds}) | " + " | ".join(cells) +
+                     f" | {r['mean']:.3f} | {r['worst']:.3f} | {r['misses_over_best']:.1f} |")
+    return "\n".join(lines)
+
+
 def _init(windows: int, max_jobs: int, rules_ref: str, models: dict[str, str], names: list[str] | None) -> None:
     global _RULES_REF
     _RULES_REF = rules_ref
@@ -131,7 +186,13 @@ def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[s
     each family's best baseline and its headroom (``hindsight``: each window's cheapest baseline with no more
     misses there than the best, picked after the fact, as ``(cost vs OD, misses)``), and per competitor its
     mean cost and misses over best."""
-    from rlsched.train.generalisation import ONDEMAND_REFERENCE, TEACHER, hindsight_picks
+    from rlsched.train.generalisation import (
+        ONDEMAND_REFERENCE,
+        TEACHER,
+        best_spot_baseline,
+        hindsight_picks,
+        spot_totals,
+    )
 
     def is_baseline(name: str) -> bool:
         return not name.startswith((CANDIDATE, TEACHER))
@@ -141,15 +202,13 @@ def summarise(rows: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[s
     hindsight: dict[str, tuple[float, int]] = {}
     for fam, wins in rows.items():
         names = sorted({n for row in wins.values() for n in row})
-        cells = {}
-        for n in names:
-            ws = [w for w in wins if n in wins[w] and wins[w][ONDEMAND_REFERENCE]["cost_usd"] > 0]
-            cells[n] = (statistics.fmean(wins[w][n]["cost_usd"] / wins[w][ONDEMAND_REFERENCE]["cost_usd"] for w in ws),
-                        int(sum(wins[w][n]["deadline_misses"] for w in ws)))
+        per_name = {n: spot_totals(wins, [w for w in wins if n in wins[w]
+                                          and wins[w][ONDEMAND_REFERENCE]["cost_usd"] > 0], n) for n in names}
+        cells = {n: (t["cost_vs_od"], t["misses"]) for n, t in per_name.items()}
         table[fam] = cells
         base = [n for n in cells if is_baseline(n)]
         if base:
-            b = min(base, key=lambda n: (cells[n][1], cells[n][0], n))
+            b = best_spot_baseline({n: per_name[n] for n in base})
             best[fam] = (b, *cells[b])
             ws = [w for w in wins if all(n in wins[w] for n in base) and wins[w][ONDEMAND_REFERENCE]["cost_usd"] > 0]
             if ws:
@@ -193,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", action="append", default=[],
                     help="a spot model folder to replay (repeatable: seeds of a recipe side by side; omit: baselines "
                          "and teachers)")
+    ap.add_argument("--recipe", action="append", default=[], metavar="NAME=FOLDER,FOLDER",
+                    help="a recipe's seeds, one folder each (repeatable): replayed as model:NAME#K and summarised "
+                         "over the seeds in a second table")
     ap.add_argument("--rules", default="models/spot",
                     help="the model folder whose served rules and forecaster every competitor runs with")
     ap.add_argument("--teacher", action="append", default=[], help="a codec-space teacher to replay (repeatable)")
@@ -217,10 +279,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {what}", file=sys.stderr)
         return 1
     try:
+        recipe_folders, recipes = recipe_models(args.recipe)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
         rules = _load(args.rules)
         if not rules.new_rules():
             raise RlschedError(f"{args.rules} is served without rules: the grid compares behind a model's rules")
-        for ref in args.model:
+        for ref in [*args.model, *recipe_folders.values()]:
             _load(ref)
     except (RlschedError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -228,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     worlds = grid_worlds(args.windows, args.max_jobs, args.rules, names or None)
     competitors = [ONDEMAND_REFERENCE] if args.no_baselines else \
         [*SPOT_BASELINES, *(b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY)]
-    models = model_names(args.model) if args.model else {}
+    models = {**(model_names(args.model) if args.model else {}), **recipe_folders}
     competitors += [TEACHER + t + RULED for t in args.teacher] + list(models)
     tasks = [(i, n) for i in range(len(worlds)) for n in competitors]
     print(f"{len(worlds)} windows x {len(competitors)} competitors on {args.jobs} process(es)", file=sys.stderr)
@@ -246,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     for i, n, metrics in results:
         rows.setdefault(worlds[i].label.split("/")[0], {}).setdefault(worlds[i].label, {})[n] = metrics
     wall = time.perf_counter() - t0
-    print(render(summarise(rows)))
+    summary = summarise(rows)
+    print(render(summary))
+    if recipes:
+        print("\nRecipes over their seeds (cost vs on-demand-only, means over the seeds):\n")
+        print(render_recipes(summarise_recipes(summary, recipes)))
     args_text = "".join(f" {shlex.quote(a)}" for a in (argv if argv is not None else sys.argv[1:]))
     print(f"\nCommand: `python benchmarks/spot_grid.py{args_text}` ({len(tasks)} replays in {wall:.0f} s)")
     if args.json:

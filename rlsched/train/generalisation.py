@@ -547,6 +547,29 @@ def hindsight_picks(per_window: dict[str, dict[str, dict[str, float]]], labels: 
     return picks
 
 
+def spot_totals(per_window: dict[str, dict[str, dict[str, float]]], labels: Sequence[str],
+                name: str) -> dict[str, Any]:
+    """``name``'s totals over the windows ``labels`` (each with an on-demand-only cost above 0): ``cost_vs_od``
+    (a mean of per-window ratios to :data:`ONDEMAND_REFERENCE`), ``misses`` and ``lost_gpu_h`` (sums).
+
+    One definition for the family benchmark and the training-side grid, so a cell means the same in both.
+    """
+    od = ONDEMAND_REFERENCE
+    return {"cost_vs_od": statistics.fmean(per_window[w][name]["cost_usd"] / per_window[w][od]["cost_usd"]
+                                           for w in labels),
+            "misses": int(sum(per_window[w][name]["deadline_misses"] for w in labels)),
+            "lost_gpu_h": sum(per_window[w][name]["lost_gpu_hours"] for w in labels)}
+
+
+def best_spot_baseline(totals: dict[str, dict[str, Any]]) -> str:
+    """The best of some spot baselines' :func:`spot_totals`: the fewest deadline misses, then the cheapest.
+
+    Deadlines come first because a miss is a broken promise to a user and a saving is not; ties go by name
+    so the pick is the same on every machine.
+    """
+    return min(totals, key=lambda n: (totals[n]["misses"], totals[n]["cost_vs_od"], n))
+
+
 def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
     """A spot family's summary from ``{window: {competitor: {metric: value}}}`` (see the module docstring).
 
@@ -570,13 +593,8 @@ def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[s
         return [per_window[w][a][metric] / per_window[w][b][metric] for w in labels
                 if per_window[w][b][metric] > 0]
 
-    def totals(name: str) -> dict[str, Any]:
-        return {"cost_vs_od": statistics.fmean(ratios(name, ONDEMAND_REFERENCE)),
-                "misses": int(sum(per_window[w][name]["deadline_misses"] for w in labels)),
-                "lost_gpu_h": sum(per_window[w][name]["lost_gpu_hours"] for w in labels)}
-
-    base = {n: totals(n) for n in first if n != CANDIDATE}
-    best = min(base, key=lambda n: (base[n]["misses"], base[n]["cost_vs_od"], n))
+    base = {n: spot_totals(per_window, labels, n) for n in first if n != CANDIDATE}
+    best = best_spot_baseline(base)
     cheapest = min(base, key=lambda n: (base[n]["cost_vs_od"], n))
     out: dict[str, Any] = {
         "kind": "spot", "windows": len(labels), "baselines": base,
@@ -590,7 +608,7 @@ def summarise_spot(per_window: dict[str, dict[str, dict[str, float]]]) -> dict[s
                   for w, pick in zip(labels, picks, strict=True) if per_window[w][ref]["cost_usd"] > 0]
         out[key] = statistics.fmean(vs_ref) if vs_ref else None
     if CANDIDATE in first:
-        mine = totals(CANDIDATE)
+        mine = spot_totals(per_window, labels, CANDIDATE)
         vs_best = ratios(CANDIDATE, best)
         jct = ratios(CANDIDATE, best, "mean_jct_s")
         out.update({

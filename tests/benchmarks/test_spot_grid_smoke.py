@@ -39,7 +39,7 @@ def test_teachers_and_the_model_never_set_the_bar() -> None:
     mod = _module()
 
     def m(cost: float, misses: int) -> dict[str, float]:
-        return {"cost_usd": cost, "deadline_misses": misses}
+        return {"cost_usd": cost, "deadline_misses": misses, "lost_gpu_hours": 0.0}
 
     rows = {"fam": {"fam/w1": {"ondemand-autoscale": m(100.0, 9), "spot-greedy+rules": m(60.0, 2),
                                "uniform-progress+rules": m(70.0, 1), "teacher:sjf-spot-first+rules": m(50.0, 0),
@@ -77,10 +77,47 @@ def test_several_models_sit_side_by_side_and_never_set_the_bar() -> None:
     assert mod.model_names(["a/model", "b/model"]) == {"model:a/model": "a/model", "model:b/model": "b/model"}
 
     def m(cost: float, misses: int) -> dict[str, float]:
-        return {"cost_usd": cost, "deadline_misses": misses}
+        return {"cost_usd": cost, "deadline_misses": misses, "lost_gpu_hours": 0.0}
 
     rows = {"fam": {"fam/w1": {"ondemand-autoscale": m(100.0, 9), "spot-greedy+rules": m(60.0, 2),
                                "model:seed0": m(30.0, 0), "model:seed1": m(50.0, 1)}}}
     s = mod.summarise(rows)
     assert s["best"]["fam"] == ("spot-greedy+rules", 0.6, 2)
     assert s["totals"]["model:seed0"]["mean_cost_vs_od"] == 0.3 and "| model:seed1 | 0.500 (1) |" in mod.render(s)
+
+
+def test_recipes_are_judged_over_their_seeds() -> None:
+    mod = _module()
+    models, recipes = mod.recipe_models(["spot=models/spot, runs/s1", "reserve=runs/r0"])
+    assert models == {"model:spot#0": "models/spot", "model:spot#1": "runs/s1", "model:reserve#0": "runs/r0"}
+    assert recipes == {"spot": ["model:spot#0", "model:spot#1"], "reserve": ["model:reserve#0"]}
+
+    def m(cost: float, misses: int) -> dict[str, float]:
+        return {"cost_usd": cost, "deadline_misses": misses, "lost_gpu_hours": 0.0}
+
+    rows = {"a": {"a/w1": {"ondemand-autoscale": m(100.0, 2), "spot-greedy+rules": m(60.0, 1),
+                           "model:spot#0": m(50.0, 1), "model:spot#1": m(70.0, 3), "model:reserve#0": m(55.0, 0)}},
+            "b": {"b/w1": {"ondemand-autoscale": m(100.0, 0), "spot-greedy+rules": m(40.0, 0),
+                           "model:spot#0": m(30.0, 0), "model:spot#1": m(50.0, 2), "model:reserve#0": m(45.0, 0)}}}
+    s = mod.summarise(rows)
+    assert s["best"]["a"][0] == "spot-greedy+rules"  # seeds never set the bar
+    r = mod.summarise_recipes(s, recipes)
+    # seed 0: 0.5 and 0.3 (mean 0.4, no misses over best); seed 1: 0.7 and 0.5 (mean 0.6, 2 + 2 over best)
+    assert r["spot"]["family"] == {"a": pytest.approx(0.6), "b": pytest.approx(0.4)}
+    assert r["spot"]["mean"] == pytest.approx(0.5) and r["spot"]["worst"] == pytest.approx(0.6)
+    assert r["spot"]["misses_over_best"] == 2.0 and r["spot"]["seed_misses_over_best"] == [0, 4]
+    assert r["reserve"]["worst"] == r["reserve"]["mean"] == pytest.approx(0.5)
+    table = mod.render_recipes(r)
+    assert "| spot (2: 0.400, 0.600) | 0.600 | 0.400 | 0.500 | 0.600 | 2.0 |" in table
+
+
+@pytest.mark.parametrize("spec", ["spot", "=models/spot", "spot=", "a:b=models/spot"])
+def test_a_malformed_recipe_is_one_line(run_benchmark: Callable[..., Any], spec: str) -> None:
+    proc = run_benchmark("spot_grid.py", "--recipe", spec)
+    assert proc.returncode == 1 and "expected NAME=FOLDER[,FOLDER...]" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_recipe_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="with a new name"):
+        _module().recipe_models(["s=a", "s=b"])
