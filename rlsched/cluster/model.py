@@ -274,6 +274,10 @@ class Pool:
     def free_whole_gpus(self) -> int:
         return sum(n.free_whole for n in self.nodes.values() if n.status is NodeStatus.READY)
 
+    def provisioning_gpus(self) -> int:
+        """GPUs of the nodes bought and not ready yet: capacity already on its way."""
+        return sum(len(n.gpus) for n in self.nodes.values() if n.status is NodeStatus.PROVISIONING)
+
 
 @dataclass(slots=True)
 class JobRun:

@@ -881,15 +881,7 @@ class ObservationCodec:
         jobs[:, _F_DYNAMIC:nf] = self._feas.take(self._shape_idx, axis=0)
         if self.nomination is not None:
             jobs[:, nf:] = self._nom_cols
-        qkey = (id(state), state.queue_version)
-        if qkey == self._demand_key:
-            total = self._demand_total
-        else:
-            total = 0.0
-            for shape, count in state.queue_shapes.items():
-                ng, milli = shape[0], shape[1]
-                total += count * (milli / 1000.0 if ng == 1 and milli < 1000 else ng)  # type: ignore[operator]
-            self._demand_key, self._demand_total = qkey, total
+        total = self._queue_demand(state)
         in_window = self._window_demand
         capacity = 0
         cost_rate = 0.0
@@ -922,6 +914,71 @@ class ObservationCodec:
             obs["anchor"] = self.anchor_onehot(state)
         return obs
 
+    def _queue_demand(self, state: ClusterState) -> float:
+        """GPUs the whole queue asks for (a MIG request counts its fraction), cached per queue version."""
+        qkey = (id(state), state.queue_version)
+        if qkey == self._demand_key:
+            return self._demand_total
+        total = 0.0
+        for shape, count in state.queue_shapes.items():
+            ng, milli = shape[0], shape[1]
+            total += count * (milli / 1000.0 if ng == 1 and milli < 1000 else ng)  # type: ignore[operator]
+        self._demand_key, self._demand_total = qkey, total
+        return total
+
+    def legal(self, state: ClusterState) -> np.ndarray:
+        """The actions a policy may take in ``state``, wherever it acts.
+
+        :meth:`mask`, less buying beyond the queue (:meth:`within_queue`), less a stranding wait
+        (:meth:`unstranded`). The environment, the served loop and the anchor all ask this one
+        method, so a network is served under exactly the options it was trained under.
+        """
+        return self.unstranded(state, self.within_queue(state, self.mask(state)))
+
+    def within_queue(self, state: ClusterState, mask: np.ndarray) -> np.ndarray:
+        """``mask`` without buying a node for a pool whose free and provisioning whole GPUs already cover
+        the whole queue's GPU demand.
+
+        Such a node has nothing to run when it arrives except by fragmentation, which a bought node
+        does not cure for the jobs already waiting. A network trained on the spot grid, served on a
+        workload it had not seen (AWS 2020 openb), bought eight on-demand nodes in a row for one queued
+        8-GPU pod while the node of the first was still provisioning, and held about 32 on-demand
+        node-hours where its teacher held two (BENCHMARKS.md, "No buying beyond the queue"). The
+        teachers never meet this rule: they buy only while their window's demand exceeds what the
+        pools of a kind have, and a pool's share is at most that. The price: no buying ahead of
+        arrivals while the queue is covered - a forecast may not pre-provision.
+
+        The rule never leaves the queue stranded: where the masked scale-ups were all that was legal,
+        and waiting is illegal or nothing is left to happen, ``mask`` is returned as it is.
+        ``mask`` itself is never changed.
+        """
+        so = self.scale_offset
+        ups = np.flatnonzero(mask[so: so + 2 * self.max_pools: 2])
+        if not len(ups):
+            return mask
+        self._sync(state)
+        pools = self._all_pools
+        want = self._queue_demand(state)
+        out: np.ndarray | None = None
+        for p in ups:
+            pool = pools[int(p)]
+            if pool.free_whole_gpus() + pool.provisioning_gpus() >= want:
+                if out is None:
+                    out = mask.copy()
+                out[so + 2 * int(p)] = False
+        if out is None:
+            return mask
+        if not out[: self.wait_action].any() and (not out[self.wait_action] or self._stranding(state)):
+            return mask
+        return out
+
+    def _stranding(self, state: ClusterState) -> bool:
+        """Would waiting now strand the queue: nothing left to happen (see :meth:`unstranded`)."""
+        due = state.next_event_due
+        if due is not None:
+            return due() is None
+        return not state.running and not any(n.status is NodeStatus.PROVISIONING for n in state.nodes.values())
+
     def unstranded(self, state: ClusterState, mask: np.ndarray) -> np.ndarray:
         """``mask`` without waiting where waiting could strand the queue and something else is legal.
 
@@ -934,13 +991,7 @@ class ObservationCodec:
         BENCHMARKS.md, "A teacher for bursts".) ``mask`` itself is never changed."""
         if not mask[: self.wait_action].any():
             return mask
-        due = state.next_event_due
-        if due is not None:
-            stranding = due() is None
-        else:
-            stranding = not state.running and not any(
-                n.status is NodeStatus.PROVISIONING for n in state.nodes.values())
-        if stranding:
+        if self._stranding(state):
             mask = mask.copy()
             mask[self.wait_action] = False
         return mask
@@ -955,7 +1006,7 @@ class ObservationCodec:
         from rlsched.envs.teacher_actions import teacher_action
 
         assert self.anchor is not None
-        mask = self.unstranded(state, self.mask(state))
+        mask = self.legal(state)
         out = np.zeros(self.n_actions, dtype=np.float32)
         out[teacher_action(self, state, mask, rule=self.anchor)] = 1.0
         return out

@@ -355,12 +355,11 @@ class GpuPoolEnv(gym.Env[dict[str, Any], np.int64]):
             if not self._advance():
                 break
             self._auto += 1
-        mask = codec.mask(st)
         # Waiting with nothing left to happen would strand the queue and end the episode
         # early - a reward hack (the jobs leave the system unpunished). When no event is
-        # pending and something else is legal, waiting is not (the codec's rule, which the
-        # served loop uses too).
-        return mask if eng.done else codec.unstranded(st, mask)
+        # pending and something else is legal, waiting is not; nor is buying beyond the
+        # queue (the codec's rules, which the served loop uses too).
+        return codec.mask(st) if eng.done else codec.legal(st)
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         """Apply one action (or wait), then auto-advance past wait-only states."""

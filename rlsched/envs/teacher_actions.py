@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
-from rlsched.policies.heuristics.autoscale import provisioning_gpus
 from rlsched.policies.heuristics.spot import obtainable
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ def ondemand_room(state: ClusterState, pools: list[Pool]) -> int:
     room = 0
     for pool in pools:
         if pool.spec.kind is PoolKind.ONDEMAND:
-            room += pool.free_whole_gpus() + provisioning_gpus(pool)
+            room += pool.free_whole_gpus() + pool.provisioning_gpus()
             room += max(pool.spec.max_nodes - len(pool.nodes), 0) * pool.spec.gpus_per_node
     return room
 
@@ -211,7 +210,7 @@ def _spot_first_action(codec: ObservationCodec, state: ClusterState, mask: np.nd
         want[PoolKind.ONDEMAND if risky_run else PoolKind.SPOT] += run.job.gpu_demand
     for kind in (PoolKind.SPOT, PoolKind.ONDEMAND):
         mine = [p for p in order if pools[p].spec.kind is kind]
-        have = sum(pools[p].free_whole_gpus() + provisioning_gpus(pools[p]) for p in mine)
+        have = sum(pools[p].free_whole_gpus() + pools[p].provisioning_gpus() for p in mine)
         if want[kind] > have:
             for p in mine:
                 a = codec.scale_offset + 2 * p

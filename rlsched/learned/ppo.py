@@ -385,10 +385,9 @@ def decide_through_codec(codec: ObservationCodec, state: ClusterState, choose: C
     codec.track(state)
     for _ in range(max_actions):
         codec.invalidate(None)
-        mask = codec.mask(state)
         if codec.only_wait(state):
             return
-        mask = codec.unstranded(state, mask)
+        mask = codec.legal(state)
         decision = codec.decode(choose(mask), state)
         if decision is None:
             return

@@ -88,8 +88,10 @@ def test_mask_agrees_with_feasibility(small_scenario: Scenario) -> None:
     k_slots, p_slots, n_l = codec.window, codec.max_pools, codec.layouts
     for _ in range(150):
         st = env.engine.state
-        mask = env.action_masks()
-        np.testing.assert_array_equal(mask, codec.mask(st))
+        legal = env.action_masks()
+        np.testing.assert_array_equal(legal, codec.legal(st))
+        mask = codec.mask(st)
+        demand = sum(r.job.gpu_demand for r in st.queue.values())
         window = codec.window_runs(st)
         pools = list(st.pools.values())
         for k in range(k_slots):
@@ -122,6 +124,9 @@ def test_mask_agrees_with_feasibility(small_scenario: Scenario) -> None:
                 pool = pools[p]
                 elastic = pool.spec.kind.elastic
                 assert mask[up] == (elastic and headroom(st, pool) > 0)
+                if mask[up] and not legal[up]:  # bought beyond the queue (ObservationCodec.within_queue)
+                    assert pool.free_whole_gpus() + pool.provisioning_gpus() >= demand
+                assert legal[up] <= mask[up]
                 idle = any(not n.ready or not n.jobs for n in pool.nodes.values())
                 assert mask[down] == (elastic and idle and len(pool.nodes) > pool.spec.min_nodes)
                 d_up = codec.decode(up, st)
@@ -265,7 +270,7 @@ def test_codec_on_untracked_state_is_fresh(small_scenario: Scenario) -> None:
     env.reset(seed=0)
     st = env.engine.state
     fresh = ObservationCodec()
-    np.testing.assert_array_equal(fresh.mask(st), env.action_masks())
+    np.testing.assert_array_equal(fresh.legal(st), env.action_masks())
     obs = fresh.encode(st)
     ref = env.codec.encode(st)
     np.testing.assert_array_equal(obs["jobs"], ref["jobs"])
@@ -277,7 +282,7 @@ def test_codec_on_untracked_state_is_fresh(small_scenario: Scenario) -> None:
     rng = np.random.default_rng(0)
     for _ in range(30):
         env.step(masked_action(env, rng))
-        np.testing.assert_array_equal(fresh.mask(st), env.action_masks())
+        np.testing.assert_array_equal(fresh.legal(st), env.action_masks())
         np.testing.assert_array_equal(fresh.encode(st)["jobs"], env.codec.encode(st)["jobs"])
         np.testing.assert_array_equal(fresh.encode(st)["pools"], env.codec.encode(st)["pools"])
 

@@ -36,11 +36,7 @@ from collections.abc import Iterator
 from rlsched.cluster.decisions import Decision, Scale
 from rlsched.cluster.feasibility import fits_pool_spec
 from rlsched.cluster.feasibility import scale_up_room as headroom
-from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind
-
-
-def provisioning_gpus(pool: Pool) -> int:
-    return sum(len(n.gpus) for n in pool.nodes.values() if n.status is NodeStatus.PROVISIONING)
+from rlsched.cluster.model import ClusterState, JobRun, Pool, PoolKind
 
 
 def scale_for_demand(state: ClusterState, demand: dict[str, float], max_step: int) -> Iterator[Scale]:
@@ -51,7 +47,7 @@ def scale_for_demand(state: ClusterState, demand: dict[str, float], max_step: in
     """
     for name, gpus in demand.items():
         pool = state.pools[name]
-        need = gpus - provisioning_gpus(pool)
+        need = gpus - pool.provisioning_gpus()
         if need <= 0:
             continue
         nodes = min(math.ceil(need / pool.spec.gpus_per_node), headroom(state, pool), max_step)
@@ -112,7 +108,7 @@ class QueueAutoscaler:
         if lead <= 0:
             return
         free = max(state.capacity_gpus() - state.allocated, 0.0)
-        coming = sum(provisioning_gpus(p) for p in state.pools.values() if p.spec.kind.elastic)
+        coming = sum(p.provisioning_gpus() for p in state.pools.values() if p.spec.kind.elastic)
         new = sum(state.pools[n].spec.gpus_per_node * k for n, k in bought.items())
         need = lead - (free + coming + new - blocked_gpus)
         if need <= 0:

@@ -52,7 +52,6 @@ from rlsched.cluster.decisions import Decision, Place, Preempt, Scale
 from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import node_candidates, pool_allows
 from rlsched.cluster.model import ClusterState, JobRun, Node, Pool, PoolKind, Sharing
-from rlsched.policies.heuristics.autoscale import provisioning_gpus
 from rlsched.policies.rules.deadline_guard import DeadlineGuard
 
 __all__ = ["Consolidator"]
@@ -127,7 +126,7 @@ class Consolidator:
                 if found:
                     self.moves += 1
                     yield Place(jid, found[0])
-            if provisioning_gpus(pool) == 0:  # (above its minimum: _surplus_ready checked)
+            if pool.provisioning_gpus() == 0:  # (above its minimum: _surplus_ready checked)
                 yield Scale(pool.name, -1)
             return
 

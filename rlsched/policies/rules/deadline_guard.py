@@ -92,7 +92,7 @@ from rlsched.cluster.decisions import Decision, Place, Preempt, Scale, WakeAt
 from rlsched.cluster.estimate import believed_work
 from rlsched.cluster.feasibility import fits_pool_spec, gang_fits_after
 from rlsched.cluster.model import ClusterState, JobRun, NodeStatus, Pool, PoolKind, Sharing, estimate_key
-from rlsched.policies.heuristics.autoscale import headroom, provisioning_gpus, scale_for_demand
+from rlsched.policies.heuristics.autoscale import headroom, scale_for_demand
 from rlsched.policies.heuristics.spot import place_in_tiers
 from rlsched.policies.rules.victims import fewest_gpus, held_gpus
 
@@ -531,7 +531,7 @@ def _growable_pool(state: ClusterState, run: JobRun, kind: PoolKind) -> Pool | N
     for pool in state.pools.values():
         if pool.spec.kind is not kind or not fits_pool_spec(run.job, pool.spec):
             continue
-        if headroom(state, pool) <= 0 and provisioning_gpus(pool) <= 0:
+        if headroom(state, pool) <= 0 and pool.provisioning_gpus() <= 0:
             continue
         q = state.quotes.get(pool.name)
         k = (q.price_per_gpu_hour if q else 0.0, pool.spec.provision_delay_s)
@@ -584,7 +584,7 @@ def spot_can_hold_gang(state: ClusterState, run: JobRun) -> bool:
 
 def _fleet_gpus(state: ClusterState) -> tuple[float, float]:
     """``(GPUs ready or provisioning, of them free: idle on ready nodes or still provisioning)``."""
-    coming = sum(provisioning_gpus(p) for p in state.pools.values())
+    coming = sum(p.provisioning_gpus() for p in state.pools.values())
     idle = sum(p.free_whole_gpus() for p in state.pools.values())
     return float(state.capacity_gpus() + coming), float(idle + coming)
 
