@@ -444,6 +444,11 @@ class SlotTrainingRun(TrainingRun):
         if ckpt is not None:
             model = MaskablePPO.load(ckpt, env=venv, device="cpu")
             self.log(f"resumed from {ckpt.name} at step {model.num_timesteps}")
+            if exp.bc.steps > 0 and not exp.init_from:
+                # Cloned before the checkpoint (its statistics are in that run's log). The card must still name
+                # the teacher: the family gate replays it as a baseline (generalisation.cloned_teacher), and a
+                # resumed run that forgot it judged its network without its own teacher.
+                bc_stats = {"bc/resumed": 1.0}
         else:
             p = exp.ppo
             model = MaskablePPO(

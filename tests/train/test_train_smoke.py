@@ -107,6 +107,9 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
                "--total-steps", "1536", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "resumed from step-" in again.stdout
+    # ... and its card still names the teacher cloned before the checkpoint (the family gate replays it)
+    resumed = json.loads((tmp_path / "model" / "card.json").read_text())["behaviour_cloning"]
+    assert resumed == {"teacher": card["behaviour_cloning"]["teacher"], "bc/resumed": 1.0}
 
 
 def test_bad_experiment_is_one_line_and_registers_nothing(tmp_path: Path, model_name: str) -> None:
