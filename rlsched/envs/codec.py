@@ -929,24 +929,27 @@ class ObservationCodec:
     def legal(self, state: ClusterState) -> np.ndarray:
         """The actions a policy may take in ``state``, wherever it acts.
 
-        :meth:`mask`, less buying beyond the queue (:meth:`within_queue`), less a stranding wait
+        :meth:`mask`, less buying beyond the blocked queue (:meth:`within_queue`), less a stranding wait
         (:meth:`unstranded`). The environment, the served loop and the anchor all ask this one
         method, so a network is served under exactly the options it was trained under.
         """
         return self.unstranded(state, self.within_queue(state, self.mask(state)))
 
     def within_queue(self, state: ClusterState, mask: np.ndarray) -> np.ndarray:
-        """``mask`` without buying a node for a pool whose free and provisioning whole GPUs already cover
-        the whole queue's GPU demand.
+        """``mask`` without buying a node for a pool whose provisioning GPUs already cover the window's jobs
+        that fit none of its ready nodes now.
 
-        Such a node has nothing to run when it arrives except by fragmentation, which a bought node
-        does not cure for the jobs already waiting. A network trained on the spot grid, served on a
+        A bought node serves the jobs the pool cannot take as it is; once the nodes on their way cover
+        those, another buys nothing but an idle node. A network trained on the spot grid, served on a
         workload it had not seen (AWS 2020 openb), bought eight on-demand nodes in a row for one queued
-        8-GPU pod while the node of the first was still provisioning, and held about 32 on-demand
-        node-hours where its teacher held two (BENCHMARKS.md, "No buying beyond the queue"). The
-        teachers never meet this rule: they buy only while their window's demand exceeds what the
-        pools of a kind have, and a pool's share is at most that. The price: no buying ahead of
-        arrivals while the queue is covered - a forecast may not pre-provision.
+        8-GPU pod while the first was still provisioning, and held about 32 on-demand node-hours where
+        its teacher held two (BENCHMARKS.md, "No buying beyond the queue"). A job that fits a ready node
+        of the pool needs no node either: it can be placed now. Counting what is *blocked*, not what is
+        free, keeps a buy legal where free GPUs are too scattered for a gang (an earlier version, "the
+        pool's free and provisioning GPUs cover the whole queue", forbade that buy and sent such jobs to
+        on-demand instead; judged on the training-side grid, this one is cheaper with fewer misses). The
+        teachers never meet the rule: they place every window job that fits before they buy. The
+        price: no buying ahead of arrivals - a forecast may not pre-provision.
 
         The rule never leaves the queue stranded: where the masked scale-ups were all that was legal,
         and waiting is illegal or nothing is left to happen, ``mask`` is returned as it is.
@@ -957,12 +960,13 @@ class ObservationCodec:
         if not len(ups):
             return mask
         self._sync(state)
-        pools = self._all_pools
-        want = self._queue_demand(state)
+        runs = self._window_runs
+        fits = self._feas.take(self._shape_idx[: len(runs)], axis=0) > 0.0
+        demand = np.fromiter((r.job.gpu_demand for r in runs), dtype=np.float64, count=len(runs))
         out: np.ndarray | None = None
         for p in ups:
-            pool = pools[int(p)]
-            if pool.free_whole_gpus() + pool.provisioning_gpus() >= want:
+            pool = self._all_pools[int(p)]
+            if pool.provisioning_gpus() >= float(demand[~fits[:, p]].sum()):
                 if out is None:
                     out = mask.copy()
                 out[so + 2 * int(p)] = False

@@ -1,19 +1,21 @@
-"""``ObservationCodec.within_queue``: no node is bought for a pool that already covers the whole queue."""
+"""``ObservationCodec.within_queue``: no node is bought for a pool whose nodes on their way already cover what it cannot
+take now."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rlsched.cluster.decisions import Scale
-from rlsched.cluster.model import PoolKind
+from rlsched.cluster.decisions import Place, Scale
+from rlsched.cluster.job import Job
+from rlsched.cluster.model import Placement, PoolKind
 from rlsched.envs import ObservationCodec
 from rlsched.learned.ppo import decide_through_codec
 from rlsched.sim.engine import Engine
 from tests.sim.helpers import FakeMarket, job, pool
 
 
-def _engine(jobs: list, spot_ready: int = 1, od_delay: float = 300.0) -> Engine:
-    pools = [pool("spot", kind=PoolKind.SPOT, nodes=4, lo=spot_ready, gpus=2),
+def _engine(jobs: list[Job], spot_ready: int = 1, od_delay: float = 300.0, spot_gpus: int = 2) -> Engine:
+    pools = [pool("spot", kind=PoolKind.SPOT, nodes=4, lo=spot_ready, gpus=spot_gpus),
              pool("od", kind=PoolKind.ONDEMAND, nodes=4, gpus=8, delay=od_delay)]
     e = Engine(pools, jobs, FakeMarket(price=1.0))
     e.reset()
@@ -21,8 +23,9 @@ def _engine(jobs: list, spot_ready: int = 1, od_delay: float = 300.0) -> Engine:
     return e
 
 
-def test_a_pool_that_covers_the_queue_may_not_grow() -> None:
-    # One ready spot node with 2 free GPUs; the queue asks 2 GPUs: buying spot is masked, on-demand (0 free) is not.
+def test_a_pool_that_can_take_the_window_may_not_grow() -> None:
+    # One ready spot node with 2 free GPUs and one queued 2-GPU job: it fits spot now, so buying spot is masked;
+    # it fits no on-demand node (none is held), so buying on-demand is not.
     e = _engine([job("a", 0, 100, 2, preemptible=True), job("later", 5000, 100, 1)])
     codec = ObservationCodec(window=4, max_pools=2)
     raw, legal = codec.mask(e.state), codec.legal(e.state)
@@ -32,12 +35,20 @@ def test_a_pool_that_covers_the_queue_may_not_grow() -> None:
     np.testing.assert_array_equal(np.delete(raw, spot_up), np.delete(legal, spot_up))  # nothing else changes
 
 
-def test_a_queue_larger_than_the_pool_may_buy() -> None:
-    # 2 free spot GPUs against 2 + 2 queued: a second spot node can be bought.
-    e = _engine([job("a", 0, 100, 2, preemptible=True), job("b", 0, 100, 2, preemptible=True),
-                 job("later", 5000, 100, 1)])
+def test_free_gpus_too_scattered_for_a_job_do_not_stop_a_buy() -> None:
+    # Two ready 4-GPU spot nodes, each half busy: 4 GPUs free, but no node can take the queued 4-GPU job. A node
+    # bought for it is what it waits for, so the buy stays legal (counting free GPUs against the queue forbade it).
+    e = _engine([job("r1", 0, 10_000, 2, preemptible=True), job("r2", 0, 10_000, 2, preemptible=True),
+                 job("big", 0, 100, 4, preemptible=True), job("later", 5000, 100, 1)], spot_ready=2, spot_gpus=4)
+    n1, n2 = sorted(e.state.pools["spot"].nodes)
+    assert e.apply(Place("r1", Placement("spot", ((n1, 0), (n1, 1))))) is None
+    assert e.apply(Place("r2", Placement("spot", ((n2, 0), (n2, 1))))) is None
+    assert e.state.pools["spot"].free_whole_gpus() == 4
     codec = ObservationCodec(window=4, max_pools=2)
     assert codec.legal(e.state)[codec.scale_offset]
+    assert e.apply(Scale("spot", 1)) is None
+    # the node on its way covers the blocked job: a second one is not bought
+    assert not codec.legal(e.state)[codec.scale_offset]
 
 
 def test_a_buyer_served_through_the_codec_buys_one_node_for_one_job() -> None:
