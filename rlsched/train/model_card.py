@@ -59,6 +59,8 @@ class CardFacts:
         ho: the same on the holdout windows, or None without holdout.
         trained_actions: the action kinds the training worlds offered.
         forecast: the card's ``forecast`` section (:func:`forecast_card`), or None without a forecaster.
+        resumed_from: the checkpoint a ``--resume`` run started from (None: trained from scratch). Its wall
+            time is then this run's only, so the card says so.
     """
 
     observation_signature: str
@@ -70,6 +72,7 @@ class CardFacts:
     ho: dict[str, Any] | None
     trained_actions: TrainedActions
     forecast: dict[str, Any] | None
+    resumed_from: str | None = None
 
 
 def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
@@ -104,7 +107,8 @@ def build_card(exp: Experiment, facts: CardFacts) -> dict[str, Any]:
                     "holdout": ho["summary"] if ho else None,
                     "holdout_relative": ho["relative"] if ho else None},
         "per_window": {"eval": ev["worlds"], "holdout": ho["worlds"] if ho else None},
-        "command": f"rlsched train {exp.source}",
+        "command": f"rlsched train {exp.source}" + (" --resume" if facts.resumed_from else ""),
+        "resumed_from": facts.resumed_from,
         "trained_actions": facts.trained_actions.to_dict(),
         "forecast": facts.forecast,
         **{name: exp.rule_params().get(name) for name in RULE_PARAMS},
@@ -182,7 +186,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         f"- observation signature: `{card['observation_signature']}`",
         f"- produced by: `{card['command']}` (git {card['git_commit'][:12]})",
         f"- steps: {card['steps']:,}, seed {card['seed']}, training wall time {card['wall_s']:.0f} s"
-        + _reused_labels(card),
+        + _reused_labels(card)
+        + (f" (this run's only: it resumed from `{card['resumed_from']}`)" if card.get("resumed_from") else ""),
         f"- training worlds: {len(card['training_worlds'])} ({', '.join(card['training_worlds'][:6])}"
         f"{', ...' if len(card['training_worlds']) > 6 else ''})",
         f"- behaviour cloning: {card['behaviour_cloning'] or 'off'}",

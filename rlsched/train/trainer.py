@@ -381,7 +381,7 @@ def _train_slots(exp: Experiment, *, run_dir: Path, resume: bool, log: Callable[
         codec = codec_of(exp)
         card = build_card(exp, CardFacts(codec.signature(), [w.label for w in worlds.training],
                                          int(model.num_timesteps), train_wall, bc_stats, ev, ho,
-                                         worlds.trained_actions, forecast))
+                                         worlds.trained_actions, forecast, ckpt.name if ckpt else None))
         out = Path(exp.output) if exp.output else run_dir / "model"
         run.export(out, model, card, table)
         run_id, version = run.register(out, card, codec.signature())

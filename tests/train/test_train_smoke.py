@@ -108,8 +108,12 @@ def test_smoke_train_registers_loads_and_simulates(registry: str, smoke_exp: Pat
     assert again.returncode == 0, again.stderr
     assert "resumed from step-" in again.stdout
     # ... and its card still names the teacher cloned before the checkpoint (the family gate replays it)
-    resumed = json.loads((tmp_path / "model" / "card.json").read_text())["behaviour_cloning"]
-    assert resumed == {"teacher": card["behaviour_cloning"]["teacher"], "bc/resumed": 1.0}
+    resumed = json.loads((tmp_path / "model" / "card.json").read_text())
+    assert resumed["behaviour_cloning"] == {"teacher": card["behaviour_cloning"]["teacher"], "bc/resumed": 1.0}
+    # ... and says it resumed, and from which checkpoint: its wall time is not the network's training time
+    assert resumed["resumed_from"] == ckpts[-1].name and resumed["command"].endswith(" --resume")
+    assert f"it resumed from `{ckpts[-1].name}`" in (tmp_path / "model" / "MODEL_CARD.md").read_text()
+    assert card["resumed_from"] is None
 
 
 def test_bad_experiment_is_one_line_and_registers_nothing(tmp_path: Path, model_name: str) -> None:
