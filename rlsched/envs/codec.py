@@ -940,16 +940,14 @@ class ObservationCodec:
         that fit none of its ready nodes now.
 
         A bought node serves the jobs the pool cannot take as it is; once the nodes on their way cover
-        those, another buys nothing but an idle node. A network trained on the spot grid, served on a
-        workload it had not seen (AWS 2020 openb), bought eight on-demand nodes in a row for one queued
-        8-GPU pod while the first was still provisioning, and held about 32 on-demand node-hours where
-        its teacher held two (BENCHMARKS.md, "No buying beyond the queue"). A job that fits a ready node
-        of the pool needs no node either: it can be placed now. Counting what is *blocked*, not what is
-        free, keeps a buy legal where free GPUs are too scattered for a gang (an earlier version, "the
-        pool's free and provisioning GPUs cover the whole queue", forbade that buy and sent such jobs to
-        on-demand instead; judged on the training-side grid, this one is cheaper with fewer misses). The
-        teachers never meet the rule: they place every window job that fits before they buy. The
-        price: no buying ahead of arrivals - a forecast may not pre-provision.
+        those, another buys nothing but an idle node. Without the rule, a network served on a workload
+        it had not seen bought on-demand node after node for one queued pod while the first was still
+        provisioning (BENCHMARKS.md, "No buying beyond the queue"). A job that fits a ready node of the
+        pool needs no node either: it can be placed now. Counting what is *blocked*, not what is free,
+        keeps a buy legal where free GPUs are too scattered for a gang; counting free GPUs forbade that
+        buy and left on-demand as the only one. The teachers never meet the rule: they place every
+        window job that fits before they buy. The price: no buying ahead of arrivals - a forecast may
+        not pre-provision.
 
         The rule never leaves the queue stranded: where the masked scale-ups were all that was legal,
         and waiting is illegal or nothing is left to happen, ``mask`` is returned as it is.
