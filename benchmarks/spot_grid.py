@@ -79,15 +79,20 @@ def _load(ref: str) -> Any:
     return _LOADED[ref]
 
 
-def grid_worlds(windows: int, max_jobs: int, rules_ref: str, names: list[str] | None = None) -> list[Any]:
-    """The grid's worlds (``names``: a subset of its families), each with the rules folder's forecaster."""
+def grid_worlds(windows: int, max_jobs: int, rules_ref: str, names: list[str] | None = None,
+                seed0: int = SEED0) -> list[Any]:
+    """The grid's worlds (``names``: a subset of its families), each with the rules folder's forecaster.
+
+    ``seed0`` moves the window seeds, so a rule judged on windows seen while it was probed can be confirmed on
+    fresh ones.
+    """
     from rlsched.train.families import SpotFamily
 
     class TrainingSide(SpotFamily):
-        """A spot family cut from the training side: seeds from :data:`SEED0`, no window avoided."""
+        """A spot family cut from the training side: seeds from ``seed0``, no window avoided."""
 
-        def windows(self, count: int, max_jobs: int | None = None, avoid: Any = (), seed0: int = SEED0) -> list[Any]:
-            return super().windows(count, max_jobs, (), seed0=SEED0)
+        def windows(self, count: int, max_jobs: int | None = None, avoid: Any = (), seed0: int = seed0) -> list[Any]:
+            return super().windows(count, max_jobs, (), seed0=seed0)
 
     worlds: list[Any] = []
     for name, workload, market, gpu, spot_nodes in GRID:
@@ -159,12 +164,13 @@ def render_recipes(recipes: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _init(windows: int, max_jobs: int, rules_ref: str, models: dict[str, str], names: list[str] | None) -> None:
+def _init(windows: int, max_jobs: int, rules_ref: str, models: dict[str, str], names: list[str] | None,
+          seed0: int = SEED0) -> None:
     global _RULES_REF
     _RULES_REF = rules_ref
     _MODELS.clear()
     _MODELS.update(models)
-    _WORLDS[:] = grid_worlds(windows, max_jobs, rules_ref, names)
+    _WORLDS[:] = grid_worlds(windows, max_jobs, rules_ref, names, seed0)
 
 
 def _replay(task: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
@@ -263,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", type=int, default=12, help="windows per family")
     ap.add_argument("--max-jobs", type=int, default=800, help="jobs per window at most")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--seed0", type=int, default=SEED0,
+                    help=f"the first window seed (default {SEED0}; another confirms a rule on windows it was not "
+                         "probed on)")
     ap.add_argument("--json", default=None, help="write every replay's metrics to this JSON file")
     args = ap.parse_args(argv)
 
@@ -292,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RlschedError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    worlds = grid_worlds(args.windows, args.max_jobs, args.rules, names or None)
+    worlds = grid_worlds(args.windows, args.max_jobs, args.rules, names or None, args.seed0)
     competitors = [ONDEMAND_REFERENCE] if args.no_baselines else \
         [*SPOT_BASELINES, *(b + RULED for b in SPOT_BASELINES if b not in ON_DEMAND_ONLY)]
     models = {**(model_names(args.model) if args.model else {}), **recipe_folders}
@@ -301,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(worlds)} windows x {len(competitors)} competitors on {args.jobs} process(es)", file=sys.stderr)
     t0 = time.perf_counter()
     rows: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    init = (args.windows, args.max_jobs, args.rules, models, names or None)
+    init = (args.windows, args.max_jobs, args.rules, models, names or None, args.seed0)
     if args.jobs > 1:
         # spawned, not forked: this process has loaded a torch model, whose thread pools a fork would copy
         spawn = multiprocessing.get_context("spawn")

@@ -35,6 +35,17 @@ def test_grid_table_has_every_baseline_the_teacher_and_the_model(run_benchmark: 
     assert "Command: `python benchmarks/spot_grid.py --families cheap-stable" in proc.stdout
 
 
+def test_seed0_moves_the_grid_to_other_windows() -> None:
+    if not (ROOT / "models" / "spot" / "policy.pt").exists():
+        pytest.skip("models/spot is not in this checkout")
+    mod = _module()
+    rules = str(ROOT / "models" / "spot")
+    default = mod.grid_worlds(2, 60, rules, ["cheap-stable"])
+    moved = mod.grid_worlds(2, 60, rules, ["cheap-stable"], seed0=524)
+    assert [w.label for w in default] == [w.label for w in mod.grid_worlds(2, 60, rules, ["cheap-stable"], seed0=500)]
+    assert len(moved) == 2 and {w.label for w in moved}.isdisjoint(w.label for w in default)
+
+
 def test_teachers_and_the_model_never_set_the_bar() -> None:
     mod = _module()
 
