@@ -33,7 +33,10 @@ class JobExecutor(Protocol):
 
     def launch(self, job_id: str, argv: Sequence[str], visible_devices: Sequence[str],
                env_extra: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None) -> Launched:
-        """Start a job with exactly ``visible_devices`` visible; its handle."""
+        """Start a job with exactly ``visible_devices`` visible; its handle. An executor whose launches go to
+        another machine may return an *unconfirmed* handle (``Launched.unconfirmed``) when the launch was sent
+        but not answered yet: the job is then neither failed nor free to start again, and :meth:`find` says
+        what became of it."""
         ...
 
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,

@@ -302,6 +302,10 @@ class Supervisor:
                         self.mirror.track(self.store.mark_finished(rec.id, EXIT_NOT_EXECUTABLE,
                                                                    f"launch failed: {exc}"))
                         continue
+                    if launched.unconfirmed:
+                        # sent to a node that has not answered yet: the job stays running without a pid, and
+                        # :meth:`handle` asks the executor each pass until the launch is answered or its node lost
+                        continue
                     self._handles[rec.id] = launched
                     self.store.set_process(rec.id, launched.pid, launched.start_time, str(launched.log_path))
                 except (InvalidTransitionError, UnknownJobError):

@@ -40,6 +40,20 @@ class AgentUnavailable(BackendError):
     """An agent did not answer (its node died, is partitioned, or the actor crashed)."""
 
 
+class AnswerPending(AgentUnavailable):
+    """A call's answer did not come within the wait, but the agent may still answer it: the call may yet run
+    there (a launch sent to a busy agent starts when the agent gets to it)."""
+
+
+@dataclass(frozen=True)
+class SentCall:
+    """A call on its way to an agent; :meth:`AgentDirectory.answer` waits for what it returns."""
+
+    ref: AgentRef
+    method: str
+    obj: Any
+
+
 @dataclass
 class AgentRef:
     """One agent: its Ray node, actor handle, and what it said about itself."""
@@ -188,12 +202,36 @@ class AgentDirectory:
             AgentUnavailable: the agent did not answer in time or died (its node is gone or partitioned).
             Exception: what the agent's method raised (a BackendError, an ExecutorError), as itself.
         """
-        import ray
+        return self.answer(self.send(ref, method, *args), self.call_timeout_s if timeout_s is None else timeout_s)
 
+    def send(self, ref: AgentRef, method: str, *args: Any) -> SentCall:
+        """Send ``ref.handle.method(*args)`` without waiting (see :meth:`answer`).
+
+        Raises:
+            AgentUnavailable: the call could not be sent (the actor is known to be dead).
+        """
         try:
-            return ray.get(getattr(ref.handle, method).remote(*args), timeout=timeout_s or self.call_timeout_s)
+            return SentCall(ref, method, getattr(ref.handle, method).remote(*args))
         except Exception as exc:
             raise self._failure(ref, exc) from None
+
+    def answer(self, sent: SentCall, timeout_s: float) -> Any:
+        """What ``sent`` returned, waiting up to ``timeout_s`` (0: only look).
+
+        Raises:
+            AnswerPending: no answer yet; the agent may still run the call (ask again later).
+            AgentUnavailable: the agent died or its node left, so no answer will come.
+            Exception: what the agent's method raised (a BackendError, an ExecutorError), as itself.
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            return ray.get(sent.obj, timeout=timeout_s)
+        except GetTimeoutError:
+            raise AnswerPending(f"agent on {sent.ref.machine} did not answer within {timeout_s:g} s") from None
+        except Exception as exc:
+            raise self._failure(sent.ref, exc) from None
 
     def _failure(self, ref: AgentRef, exc: Exception) -> Exception:
         """What a failed agent call means: the agent's own exception (a BackendError, an ExecutorError) when

@@ -38,12 +38,22 @@ the agent of the handle's node. What it adds over the local executor:
   and return :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` after ``lost_after_s``; when the node answers
   first, its agent is claimed (so a launch still on its way is refused from then on) and asked for the job,
   and the service adopts the process it finds, or requeues the job if there is none.
+* **A launch that is not answered is not a failed launch.** A busy agent (many launches at once on a loaded
+  machine) may answer a launch after :attr:`RayExecutor.launch_wait_s`; it would still start the job. So a
+  launch not answered in time returns an unconfirmed handle and its call stays on its way: the job waits,
+  running without a pid, and :meth:`_NodeJobs.find` gives the process once the agent answers (or None with
+  the refusal as its recorded exit, :data:`~rlsched.runtime.executor.EXIT_NOT_EXECUTABLE`, if the agent
+  refused it). The agent is not asked for the job meanwhile: that question could overtake the launch in the
+  agent's threads and be answered "no such job". Only if its node stops answering for ``lost_after_s`` is the
+  job lost (its process fenced if the node comes back). A gang rank that is not answered in time still fails
+  the gang's launch.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -57,6 +67,7 @@ from rlsched.posix import atomic_write
 from rlsched.runtime.executor import (
     EXIT_LOST,
     EXIT_NODE_LOST,
+    EXIT_NOT_EXECUTABLE,
     UNKNOWN_PID,
     ExecutorError,
     Launched,
@@ -64,11 +75,13 @@ from rlsched.runtime.executor import (
     private_dir,
 )
 from rlsched.runtime.fleet.agent import LOG_CHUNK, JobLaunch
-from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable
+from rlsched.runtime.fleet.directory import AgentRef, AgentUnavailable, AnswerPending, SentCall
 from rlsched.runtime.fleet.lease import LEASE_TTL_S, ServiceLease
 
 if TYPE_CHECKING:
     from rlsched.runtime.fleet.backend import RayBackend
+
+LOG = logging.getLogger("rlsched.fleet")
 
 #: Seconds a node may stay silent before its running jobs count as lost.
 NODE_LOST_AFTER_S = 30.0
@@ -128,6 +141,12 @@ class RayExecutor:
         self._leader_rc: dict[str, tuple[int, float]] = {}
         #: job id -> the exit code of its first member that failed
         self._gang_failed: dict[str, int] = {}
+        #: how long a launch waits for its agent's answer before its job counts as unconfirmed (module doc)
+        self.launch_wait_s = self.directory.call_timeout_s
+        #: job id -> its launch, sent to an agent that has not answered it yet
+        self._unanswered: dict[str, SentCall] = {}
+        #: job id -> why an agent refused its launch when it finally answered
+        self._refused: dict[str, str] = {}
         self._offsets: dict[str, int] = self._load_offsets()
         self._offsets_dirty = False
         self._notices: list[dict[str, Any]] = []
@@ -155,13 +174,82 @@ class RayExecutor:
         return hasattr(ref.handle, "claim")
 
     def launch_on(self, ref: AgentRef, host: str, job_id: str, run: JobLaunch) -> tuple[Launched, int | None]:
-        """Start ``run`` on ``host`` through its agent with this service's epoch (the old call, without one, on an
-        agent that does not fence); the handle and the pid of a stray it superseded."""
+        """Start ``run`` on ``host`` through its agent and wait the call timeout for it; the handle and the pid
+        of a stray it superseded (raises AgentUnavailable when no answer came)."""
+        out: tuple[Launched, int | None] = self.directory.answer(self.send_launch(ref, host, job_id, run),
+                                                                 self.directory.call_timeout_s)
+        return out
+
+    def send_launch(self, ref: AgentRef, host: str, job_id: str, run: JobLaunch) -> SentCall:
+        """Send the start of ``run`` on ``host`` to its agent with this service's epoch (the old call, without
+        one, on an agent that does not fence)."""
         if self.fences(ref):
-            out: tuple[Launched, int | None] = self.directory.call(ref, "start", host, job_id, run, self.epoch)
-            return out
-        return self.directory.call(ref, "launch", host, job_id, list(run.argv), list(run.devices), dict(run.env),
+            return self.directory.send(ref, "start", host, job_id, run, self.epoch)
+        return self.directory.send(ref, "launch", host, job_id, list(run.argv), list(run.devices), dict(run.env),
                                    run.cwd)
+
+    def launched(self, node: str, job_id: str, sent: SentCall, wait_s: float) -> Launched:
+        """The handle of a launch sent to ``node``'s agent, once it answered within ``wait_s`` (raises as
+        :meth:`AgentDirectory.answer`)."""
+        h, old = self.directory.answer(sent, wait_s)
+        self.superseded(node, job_id, old)
+        return self.track(h)
+
+    def await_launch(self, node: str, job_id: str, sent: SentCall) -> Launched:
+        """Keep waiting for a launch that was not answered within :attr:`launch_wait_s`; an unconfirmed handle
+        (the job waits for the answer, or for its node to count as lost: module doc)."""
+        with self._lock:
+            self._unanswered[job_id] = sent
+        LOG.info("launch of job %s on node %s: no answer within %g s; waiting for it", job_id, node,
+                 self.launch_wait_s)
+        return self.unconfirmed(node, job_id)
+
+    def unconfirmed(self, node: str, job_id: str) -> Launched:
+        """A handle of ``job_id`` on ``node`` whose process is not known yet (pid UNKNOWN_PID; module doc)."""
+        return Launched(job_id, UNKNOWN_PID, 0, self.log_dir / f"{job_id}.log", Path(""), node)
+
+    def take_refusal(self, job_id: str) -> str | None:
+        """Why the agent refused ``job_id``'s launch when it answered late (once), else None."""
+        with self._lock:
+            return self._refused.pop(job_id, None)
+
+    def unanswered_launch(self, node: str, job_id: str) -> Launched | None:
+        """The state of a launch of ``job_id`` that was sent but not answered in time (module doc): its handle
+        once the agent answered, an unconfirmed handle while it has not, None if the agent refused it (its
+        reason in :meth:`_NodeJobs.recorded_exit`) or there is no such launch.
+
+        Raises:
+            AgentUnavailable: the agent died with the launch on its way (whether it started is then asked
+                like for any job without a pid).
+        """
+        with self._lock:
+            sent = self._unanswered.get(job_id)
+        if sent is None:
+            return None
+        try:
+            h: Launched | None = self.launched(node, job_id, sent, 0.0)
+        except AnswerPending:
+            return self.unconfirmed(node, job_id)
+        except AgentUnavailable:
+            self.forget_launch(job_id)
+            raise
+        except Exception as exc:  # what a launch answered at once would have failed with: the job fails alike
+            LOG.warning("launch of job %s on node %s failed when its agent answered: %s", job_id, node, exc)
+            with self._lock:
+                self._refused[job_id] = str(exc)
+            h = None
+        self.forget_launch(job_id)
+        return h
+
+    def has_unanswered(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._unanswered
+
+    def forget_launch(self, job_id: str) -> None:
+        """Stop waiting for a launch's answer (its node is lost: the job is settled; a process it started
+        there is fenced as a stray if the node answers again)."""
+        with self._lock:
+            self._unanswered.pop(job_id, None)
 
     # ------------------------------------------------------------------ routing
     def on(self, node: str) -> _NodeJobs:
@@ -362,8 +450,13 @@ class RayExecutor:
         """A poll of a pid-less job's handle (see the module doc): None while its node is silent (until it
         is lost) or while a process of the job runs there; EXIT_LOST once the node answers without one."""
         if job.node not in snap:
-            return self._silent(job.node)
+            rc = self._silent(job.node)
+            if rc is not None:
+                self.forget_launch(job.job_id)
+            return rc
         self._answered(job.node)
+        if self.has_unanswered(job.job_id):
+            return None  # its agent answers, and will start it or refuse it: asking for it now could race the start
         try:
             ref = self.agent(job.node)
             self._claim([ref])  # from now on a launch of the dead service is refused: the answer below holds
@@ -582,13 +675,17 @@ class _NodeJobs:
         env, wd = dict(env_extra or {}), None if cwd is None else str(cwd)
         if len(by_node) > 1:
             return self.parent.start_gang(job_id, list(argv), by_node, env, wd)
+        p = self.parent
         try:
-            h, old = self.parent.launch_on(self.parent.agent(self.node), self.node, job_id,
-                                           JobLaunch(tuple(argv), tuple(visible_devices), env, wd))
+            sent = p.send_launch(p.agent(self.node), self.node, job_id,
+                                 JobLaunch(tuple(argv), tuple(visible_devices), env, wd))
+            return p.launched(self.node, job_id, sent, p.launch_wait_s)
+        except AnswerPending:
+            # sent, not answered: the agent may still start it, so the job is neither failed nor free to run
+            # again; it waits, unconfirmed, for the answer (or for its node to count as lost)
+            return p.await_launch(self.node, job_id, sent)
         except AgentUnavailable as exc:
             raise ExecutorError(f"node {self.node}: {exc}") from None
-        self.parent.superseded(self.node, job_id, old)
-        return self.parent.track(h)
 
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
               job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
@@ -604,7 +701,10 @@ class _NodeJobs:
         """The job's live process on this node; on a silent node an unconfirmed handle (pid
         :data:`~rlsched.runtime.executor.UNKNOWN_PID`: whether it runs there is not known yet, see the module
         doc). A node already known to be silent is not called again: each call would wait out the call timeout."""
-        unconfirmed = Launched(job_id, UNKNOWN_PID, 0, self.log_dir / f"{job_id}.log", Path(""), self.node)
+        if self.parent.has_unanswered(job_id):
+            with contextlib.suppress(AgentUnavailable):
+                return self.parent.unanswered_launch(self.node, job_id)
+        unconfirmed = self.parent.unconfirmed(self.node, job_id)
         if self.parent.is_silent(self.node):
             return unconfirmed
         try:
@@ -620,6 +720,8 @@ class _NodeJobs:
         self.parent.send_signal(job, sig)
 
     def recorded_exit(self, job_id: str) -> int | None:
+        if self.parent.take_refusal(job_id) is not None:
+            return EXIT_NOT_EXECUTABLE  # its launch was refused when the agent finally answered
         try:
             rc: int | None = self._call("recorded_exit", self.node, job_id)
         except AgentUnavailable:

@@ -184,9 +184,9 @@ def test_an_agent_of_an_older_rlsched_is_sent_the_old_launch() -> None:
     calls: list[tuple[str, tuple[object, ...]]] = []
 
     class Directory:
-        def call(self, ref: AgentRef, method: str, *args: object) -> object:
+        def send(self, ref: AgentRef, method: str, *args: object) -> object:
             calls.append((method, args))
-            return ("handle", None)
+            return method
 
     class Old:
         def launch(self) -> None: ...
@@ -199,6 +199,6 @@ def test_an_agent_of_an_older_rlsched_is_sent_the_old_launch() -> None:
     ex = RayExecutor.__new__(RayExecutor)  # only the launch routing, without a cluster
     ex.epoch, ex.directory = 42, Directory()  # type: ignore[assignment]
     run = JobLaunch(("job",), ("GPU-1",), {"A": "1"}, "/tmp")
-    ex.launch_on(AgentRef("n", "m", Old(), [], "", 1), "h", "j", run)
-    ex.launch_on(AgentRef("n", "m", New(), [], "", 1), "h", "j", run)
+    ex.send_launch(AgentRef("n", "m", Old(), [], "", 1), "h", "j", run)
+    ex.send_launch(AgentRef("n", "m", New(), [], "", 1), "h", "j", run)
     assert calls == [("launch", ("h", "j", ["job"], ["GPU-1"], {"A": "1"}, "/tmp")), ("start", ("h", "j", run, 42))]

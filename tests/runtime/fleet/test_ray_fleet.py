@@ -421,7 +421,9 @@ def test_a_thousand_submissions_run_exactly_once_across_the_nodes(ray_fleet: Ray
     with service(ray_fleet, tmp_path, tick_s=0.02) as svc:
         jobs = [svc.submit(JobRequest(argv, mig="1g.10gb") if k % 10 == 0 else JobRequest(argv, gpus=1))
                 for k in range(1000)]
-        wait_for(lambda: svc.store.counts().get("done", 0) >= 1000, timeout=600, interval=0.5, what="1,000 jobs")
+        wait_for(lambda: sum(svc.store.counts().get(s, 0) for s in ("done", "failed", "cancelled")) >= 1000,
+                 timeout=600, interval=0.5, what="1,000 jobs to end")
+        assert svc.store.counts().get("done", 0) == 1000, [(r.id, r.reason) for r in svc.store.jobs(["failed"])][:5]
         lines = marker.read_text().splitlines()
         ran = [ln.split()[0] for ln in lines]
         assert len(ran) == 1000 and set(ran) == {j.id for j in jobs}  # every job once, none twice
@@ -550,3 +552,57 @@ def test_an_unconfirmed_handle_waits_while_its_node_is_silent_and_resolves_when_
         wait_for(lambda: ex.poll(found) is not None, what="the job to end")
     finally:
         ex.close()
+
+
+def test_a_launch_its_agent_answers_late_is_waited_for_not_failed(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    # A busy agent (many launches at once on a loaded machine) may answer a launch after the wait; it still
+    # starts the job. The launch is then neither a failure (the job would be recorded failed while it runs)
+    # nor free to run again: its handle is unconfirmed until the agent answers. A launch the agent refuses
+    # when it answers fails its job as a refusal answered at once would.
+    from rlsched.runtime.executor import EXIT_NOT_EXECUTABLE, UNKNOWN_PID
+    from rlsched.runtime.fleet.backend import RayBackend
+
+    host = ray_fleet.hosts["a"]
+    backend = RayBackend(ray_fleet.address)
+    dev = backend.node(host).gpus[0].uuid
+    ex = backend.job_executor(tmp_path / "logs")
+    ex.launch_wait_s = 0.5
+    agent = backend.directory.agent_for(host)
+    assert agent is not None and agent.pid
+    marker = tmp_path / "ran.txt"
+    try:
+        os.kill(agent.pid, signal.SIGSTOP)  # the agent takes the calls but answers none yet
+        try:
+            late = ex.on(host).launch("j-late", ["/bin/sh", "-c", 'echo "$RLSCHED_JOB_ID" >> "$0"', str(marker)],
+                                      [dev], {"RLSCHED_JOB_ID": "j-late"})
+            refused = ex.on(host).launch("j-refused", ["/bin/true"], ["GPU-not-on-this-node"])
+            assert late.pid == refused.pid == UNKNOWN_PID and late.unconfirmed
+            waiting = ex.on(host).find("j-late")  # no question to the agent that could overtake the launch
+            assert waiting is not None and waiting.unconfirmed and ex.poll(waiting) is None
+            assert not marker.exists()
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        started = wait_for(lambda: (lambda h: h if h is not None and not h.unconfirmed else None)(
+            ex.on(host).find("j-late")), timeout=60, what="the agent to answer the launch")
+        wait_for(lambda: ex.poll(started) is not None, what="the job to end")
+        assert ex.poll(started) == 0 and marker.read_text().split() == ["j-late"]  # started once, by that launch
+        wait_for(lambda: ex.on(host).find("j-refused") is None and not ex.has_unanswered("j-refused"),
+                 what="the refusal")
+        assert ex.on(host).recorded_exit("j-refused") == EXIT_NOT_EXECUTABLE
+    finally:
+        ex.close()
+
+
+def test_jobs_whose_launches_are_answered_late_run_once_and_end_done(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    # The service's side: with no wait at all for a launch's answer, every launch is unconfirmed when the
+    # pass records it; each job must still run exactly once and end done (not failed, not requeued).
+    marker = tmp_path / "ran.txt"
+    argv = ["/bin/sh", "-c", 'echo "$RLSCHED_JOB_ID" >> "$0"', str(marker)]
+    with service(ray_fleet, tmp_path, tick_s=0.02) as svc:
+        svc.executor.launch_wait_s = 0.0  # type: ignore[attr-defined]
+        jobs = [svc.submit(JobRequest(argv, gpus=1)) for _ in range(24)]
+        wait_for(lambda: all(finished(svc, j.id) for j in jobs), timeout=180, what="24 jobs")
+        for j in jobs:
+            rec = svc.store.get(j.id)
+            assert rec.state is JobState.DONE and rec.attempts == 1, (rec.state, rec.reason)
+        assert sorted(marker.read_text().split()) == sorted(j.id for j in jobs)
