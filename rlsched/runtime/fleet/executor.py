@@ -147,6 +147,8 @@ class RayExecutor:
         self._unanswered: dict[str, SentCall] = {}
         #: job id -> why an agent refused its launch when it finally answered
         self._refused: dict[str, str] = {}
+        #: (node, job id, launch) of gang ranks not answered in time, whose gang's launch failed: fenced if they start
+        self._abandoned: list[tuple[str, str, SentCall]] = []
         self._offsets: dict[str, int] = self._load_offsets()
         self._offsets_dirty = False
         self._notices: list[dict[str, Any]] = []
@@ -172,13 +174,6 @@ class RayExecutor:
         """Whether the agent knows epochs: a detached agent started by an older rlsched keeps running the
         old code until it restarts, and is sent launches without one (it fences nothing)."""
         return hasattr(ref.handle, "claim")
-
-    def launch_on(self, ref: AgentRef, host: str, job_id: str, run: JobLaunch) -> tuple[Launched, int | None]:
-        """Start ``run`` on ``host`` through its agent and wait the call timeout for it; the handle and the pid
-        of a stray it superseded (raises AgentUnavailable when no answer came)."""
-        out: tuple[Launched, int | None] = self.directory.answer(self.send_launch(ref, host, job_id, run),
-                                                                 self.directory.call_timeout_s)
-        return out
 
     def send_launch(self, ref: AgentRef, host: str, job_id: str, run: JobLaunch) -> SentCall:
         """Send the start of ``run`` on ``host`` to its agent with this service's epoch (the old call, without
@@ -283,7 +278,13 @@ class RayExecutor:
         try:
             for rank, host in enumerate(hosts):
                 run = JobLaunch(tuple(argv), tuple(by_node[host]), {**common, "RLSCHED_GANG_RANK": str(rank)}, cwd)
-                h, old = self.launch_on(self.agent(host), host, job_id, run)
+                sent = self.send_launch(self.agent(host), host, job_id, run)
+                try:
+                    h, old = self.directory.answer(sent, self.directory.call_timeout_s)
+                except AnswerPending:
+                    with self._lock:  # the rank may still start: fenced when its agent answers (_fence_abandoned)
+                        self._abandoned.append((host, job_id, sent))
+                    raise
                 self.superseded(host, job_id, old)
                 started.append(h)
         except Exception as exc:
@@ -535,6 +536,7 @@ class RayExecutor:
             for node, job_id, pid in due:  # gang members that ignored their SIGTERM
                 with contextlib.suppress(Exception):
                     self.fence(node, job_id, pid)
+            self._fence_abandoned()
             self._save_offsets()
             if time.monotonic() >= next_renew:
                 next_renew = time.monotonic() + RENEW_S
@@ -544,6 +546,32 @@ class RayExecutor:
                     notes = [{"reason": "lease-error", "error": str(exc)}]
                 with self._lock:
                     self._notices.extend(notes)
+
+    def _fence_abandoned(self) -> None:
+        """Kill the process of each abandoned gang rank whose agent answered its launch at last (the gang's
+        launch failed without it, so nobody runs that process: audited as fenced)."""
+        with self._lock:
+            abandoned, self._abandoned = self._abandoned, []
+        keep = []
+        for node, job_id, sent in abandoned:
+            try:
+                h, old = self.directory.answer(sent, 0.0)
+            except AnswerPending:
+                keep.append((node, job_id, sent))
+                continue
+            except Exception:  # refused, or its agent died with it: nothing started
+                continue
+            self.superseded(node, job_id, old)
+            try:
+                self.fence(node, job_id, h.pid)
+            except Exception:
+                keep.append((node, job_id, sent))  # its agent stopped answering again: tried next round
+                continue
+            with self._lock:
+                self._notices.append({"reason": "fenced", "job": job_id, "node": node, "pid": h.pid,
+                                      "why": "a gang rank that started after its gang's launch had failed"})
+        with self._lock:
+            self._abandoned.extend(keep)
 
     def _copy_logs(self, handles: list[Launched]) -> None:
         """One copy round: a single ``read_logs`` call per agent for all its live jobs; a job with more

@@ -606,3 +606,40 @@ def test_jobs_whose_launches_are_answered_late_run_once_and_end_done(ray_fleet: 
             rec = svc.store.get(j.id)
             assert rec.state is JobState.DONE and rec.attempts == 1, (rec.state, rec.reason)
         assert sorted(marker.read_text().split()) == sorted(j.id for j in jobs)
+
+
+def test_a_gang_rank_that_starts_after_its_gang_failed_is_fenced(ray_fleet: RayFleet, tmp_path: Path) -> None:
+    # A gang's launch fails when one rank's agent does not answer in time (its started ranks are fenced at
+    # once). That rank may still start when its agent gets to the launch: nobody runs it, so it is fenced as
+    # soon as its agent answers, and audited.
+    from rlsched.runtime.executor import ExecutorError
+    from rlsched.runtime.fleet.backend import RayBackend
+
+    a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+    backend = RayBackend(ray_fleet.address, call_timeout_s=1.0)
+    backend.inventory()
+    dev_a, dev_b = backend.node(a).gpus[0].uuid, backend.node(b).gpus[0].uuid
+    ex = backend.job_executor(tmp_path / "logs")
+    agent_b = backend.directory.agent_for(b)
+    assert agent_b is not None and agent_b.pid
+    marker = tmp_path / "ranks.txt"
+    argv = ["/bin/sh", "-c", f'echo "$RLSCHED_GANG_RANK $$" >> "$0"; exec {PY} -c "import time; time.sleep(3600)"',
+            str(marker)]
+    notices: list[dict[str, Any]] = []
+    try:
+        os.kill(agent_b.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ExecutorError, match=r"gang of 2 nodes: rank 1 on .*did not answer"):
+                ex.on(a).launch("j-gang", argv, [dev_a, dev_b])
+        finally:
+            os.kill(agent_b.pid, signal.SIGCONT)
+        ranks = wait_for(lambda: (lambda lines: lines if len(lines) == 2 else None)(
+            marker.read_text().splitlines() if marker.exists() else []), timeout=60, what="both ranks to start")
+        assert sorted(ln.split()[0] for ln in ranks) == ["0", "1"]  # rank 1 did start, late
+        wait_for(lambda: notices.extend(ex.notices()) or any(
+            n["reason"] == "fenced" and n["node"] == b and n["job"] == "j-gang" for n in notices),
+            timeout=60, what="the late rank to be fenced")
+        wait_for(lambda: not any(alive(int(ln.split()[1])) for ln in ranks), timeout=60,
+                 what="no process of the failed gang to run")
+    finally:
+        ex.close()
