@@ -56,6 +56,24 @@ def test_only_a_wide_gap_is_worth_a_restart(long_s: float, short_s: float, expec
     assert rule.preemptions == expect
 
 
+@pytest.mark.parametrize(("restart_overhead_s", "expect"), [
+    (60.0, 1),       # 19,000 s left at t=1000 against the short job's 1,000: 10x, and 3,600 s more
+    (18_500.0, 0),   # a restart that repeats 18,500 s: 19,000 is not 1,000 + 18,500 longer
+])
+def test_the_gap_must_also_pay_for_the_restart(restart_overhead_s: float, expect: int) -> None:
+    rule = LongJobPreemption(restart_overhead_s=restart_overhead_s)
+    _replay([job("long", 0, 20_000, preemptible=True), job("short", 1000, 1000)], rule)
+    assert rule.preemptions == expect
+
+
+def test_the_restart_is_paid_on_each_of_the_victims_gpus() -> None:
+    # a candidate with 1,000 GPU-s left: a victim needs 10x that, and 3,600 GPU-s or its restart's cost more
+    rule = LongJobPreemption(restart_overhead_s=3000.0)
+    assert rule._threshold(1000.0, 1) == 10_000.0  # 1,000 + max(3,600, 3,000) is below 10x
+    assert rule._threshold(1000.0, 4) == 13_000.0  # 1,000 + 12,000 repeated on four GPUs
+    assert LongJobPreemption()._threshold(1000.0, 8) == 10_000.0  # the defaults: 8 x 60 s never tops 3,600
+
+
 def test_nothing_is_suspended_while_the_job_fits_elsewhere() -> None:
     rule = LongJobPreemption()
     e, _ = _replay([job("long", 0, 100_000, preemptible=True), job("short", 1000, 100)], rule,

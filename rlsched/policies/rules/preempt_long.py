@@ -16,8 +16,10 @@ victim if
 * it is ``preemptible``, has no deadline (deadlines belong to the deadline guard), runs
   on whole GPUs of one node of an exclusive pool the candidate may use;
 * its believed remaining GPU-time is at least ``factor`` times the candidate's, and
-  longer by at least ``min_gain_gpu_s`` (a restart costs the victim ``restart_overhead_s``
-  of repeated work on each of its GPUs, so the gap must dwarf it).
+  longer by at least ``min_gain_gpu_s`` or by what its restart costs, whichever is more
+  (``restart_overhead_s`` of repeated work on each of its GPUs: the gap must dwarf it;
+  with the defaults ``min_gain_gpu_s`` is always the larger on nodes of up to 60 GPUs, so
+  the restart term matters where a user's jobs take long to restore).
 
 On the node where the fewest GPUs must be suspended (longest-remaining victims first
 among equals), the victims are suspended gracefully - a checkpoint first, so each loses
@@ -62,7 +64,8 @@ class LongJobPreemption:
         factor: a victim's believed remaining GPU-time must be at least this many times the candidate's.
         min_gain_gpu_s: ... and longer than the candidate's by at least this many GPU-seconds.
         scan: candidates considered per decision point (the shortest blocked jobs).
-        restart_overhead_s: seconds of work a restart repeats (the engine's default belief).
+        restart_overhead_s: seconds of work a restart repeats (the engine's default belief); a victim must
+            also be longer than the candidate by that much on each of its GPUs.
     """
 
     #: its decisions pay without any scale-down (see :class:`~rlsched.policies.rules.Rule`)
@@ -120,10 +123,9 @@ class LongJobPreemption:
             if fits[shape]:
                 continue
             tried += 1
-            threshold = self._threshold(mine)
-            if threshold > longest:
+            if self._threshold(mine) > longest:
                 return  # candidates come shortest first: no later one can find a victim either
-            room = self._room(state, run, threshold, suspendable)
+            room = self._room(state, run, mine, suspendable)
             if room is None:
                 continue
             node_id, victims = room
@@ -140,11 +142,12 @@ class LongJobPreemption:
 
     def victims(self, state: ClusterState, run: JobRun) -> tuple[str, list[JobRun]] | None:
         """The node where ``run`` should start and the running jobs to suspend there (None: none qualify)."""
-        return self._room(state, run, self._threshold(self.remaining_gpu_s(state, run)), self._suspendable(state))
+        return self._room(state, run, self.remaining_gpu_s(state, run), self._suspendable(state))
 
-    def _threshold(self, mine: float) -> float:
-        """The believed remaining GPU-seconds a victim must have at least, for a candidate with ``mine``."""
-        return max(self.factor * mine, mine + self.min_gain_gpu_s)
+    def _threshold(self, mine: float, victim_gpus: float = 0.0) -> float:
+        """The believed remaining GPU-seconds a victim holding ``victim_gpus`` must have at least, for a
+        candidate with ``mine`` (with ``victim_gpus`` 0: the least any victim must have)."""
+        return max(self.factor * mine, mine + max(self.min_gain_gpu_s, self.restart_overhead_s * victim_gpus))
 
     def _suspendable(self, state: ClusterState) -> list[tuple[JobRun, str, float]]:
         """Running jobs this rule may suspend: ``(run, its node, believed remaining GPU-seconds)``.
@@ -168,15 +171,15 @@ class LongJobPreemption:
     def _fits_now(state: ClusterState, run: JobRun) -> bool:
         return any(pool_candidates(pool, run.job, state.time, first=True) for pool in state.pools.values())
 
-    @staticmethod
-    def _room(state: ClusterState, run: JobRun, threshold: float,
+    def _room(self, state: ClusterState, run: JobRun, mine: float,
               suspendable: list[tuple[JobRun, str, float]]) -> tuple[str, list[JobRun]] | None:
-        """Among nodes of pools ``run`` may use, the one where the fewest GPUs of jobs at least
-        ``threshold`` long must be suspended (then fewest jobs, then the longest)."""
+        """Among nodes of pools ``run`` may use, the one where the fewest GPUs of jobs long enough to be
+        victims of a candidate with ``mine`` (:meth:`_threshold`) must be suspended (then fewest jobs,
+        then the longest)."""
         job = run.job
         rooms: dict[str, list[tuple[JobRun, float]]] = {}
         for other, node_id, theirs in suspendable:
-            if theirs < threshold:
+            if theirs < self._threshold(mine, other.job.gpu_demand):
                 continue
             assert other.placement is not None
             spec = state.pools[other.placement.pool].spec
