@@ -178,6 +178,8 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         if p != "ppo" and not is_reference(p) and s["mean_jct_s"] < card["metrics"]["eval"]["ppo"]["mean_jct_s"]:
             wins.append(p)
     bound = card["metrics"]["eval_relative"].get(ORACLE_BOUND, {}).get("jct_vs_weighted_priority")
+    # a spot model is bought to save money within deadlines: its card leads with that, then its JCT
+    spot = spot_summary(card)
     lines = [
         f"# Model card: {card['name']}",
         "",
@@ -202,6 +204,7 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         *([f"- served, not trained, with: {card['serve_rules']} (the network trained behind the rules without these "
            "changes; the evaluation and gate tables are served with them)"] if card.get("serve_rules") else []),
         "",
+        *spot,
         f"On the evaluation windows the policy's mean JCT is {ratio_text(rel.get('jct_vs_weighted_priority'))}x "
         + (f"weighted-priority's at {ratio_text(rel.get('cost_vs_weighted_priority'))}x its cost."
            if ratio_text(rel.get("cost_vs_weighted_priority")) != "-"
@@ -209,7 +212,6 @@ def model_card_markdown(card: dict[str, Any], table: str) -> str:
         "",
         "Heuristics that still beat it on mean JCT: " + (", ".join(sorted(wins)) if wins else "none") + ".",
         "",
-        *spot_summary(card),
         *([f"Headroom: `{ORACLE_BOUND}` (SJF told every job's true duration - information no scheduler has) "
            f"reaches {bound:.3f}x weighted-priority's mean JCT on these windows; it bounds what job ordering "
            "alone can gain here and is a reference row, not a competitor.", ""] if bound is not None else []),

@@ -99,3 +99,13 @@ def test_an_anchored_network_says_which_teacher_it_starts_as() -> None:
     assert card["anchor"] == "sjf"
     assert "- anchored to: `sjf` (the network adds a fixed weight times that teacher's legal choice" \
         in model_card_markdown(card, "")
+
+
+def test_a_spot_card_leads_with_money_and_deadlines() -> None:
+    # a spot model is bought to save money within deadlines: its card says that before its JCT
+    root = ROOT / "models"
+    spot = model_card_markdown(json.loads((root / "spot" / "card.json").read_text()), "")
+    assert spot.index("Against on-demand-only capacity") < spot.index("On the evaluation windows the policy's mean JCT")
+    assert spot.index("Cheaper than it with no more deadline misses") < spot.index("Heuristics that still beat it")
+    onprem = model_card_markdown(json.loads((root / "default" / "card.json").read_text()), "")
+    assert "Against on-demand-only capacity" not in onprem and "On the evaluation windows" in onprem
