@@ -22,7 +22,9 @@ the agent of the handle's node. What it adds over the local executor:
   running for ``lost_after_s``; after that their polls return
   :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` and the service requeues or records them (exactly once).
 * **Fencing.** A node that answers again, or a new agent (after its node or the service restarted), has
-  its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there.
+  its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there. A
+  fence its agent does not answer is tried again by the log pump every :data:`REFENCE_S` until it does
+  (strays are listed once per agent, so a fence lost to a timeout would leave the process running).
 * **One service per cluster.** Creating the executor takes the cluster's lease
   (:mod:`~rlsched.runtime.fleet.lease`); the pump renews it and collects refused attempts as notices.
 * **Launches of a replaced service are refused.** Creating the executor also takes an epoch above any the
@@ -95,6 +97,8 @@ SNAPSHOT_S = 0.2
 Snapshot = dict[str, dict[str, set[tuple[int, int]]]]
 #: Seconds gang members get between SIGTERM and SIGKILL once their leader ended.
 GANG_GRACE_S = 10.0
+#: Seconds between tries of a fence whose agent did not answer (each try may wait the call timeout).
+REFENCE_S = 10.0
 _OFFSETS = ".remote-log-offsets.json"
 
 
@@ -149,6 +153,8 @@ class RayExecutor:
         self._refused: dict[str, str] = {}
         #: (node, job id, launch) of gang ranks not answered in time, whose gang's launch failed: fenced if they start
         self._abandoned: list[tuple[str, str, SentCall]] = []
+        #: (node, job id, pid) -> (when to try, why) of processes to fence whose agent has not answered yet
+        self._unfenced: dict[tuple[str, str, int], tuple[float, str]] = {}
         self._offsets: dict[str, int] = self._load_offsets()
         self._offsets_dirty = False
         self._notices: list[dict[str, Any]] = []
@@ -505,8 +511,22 @@ class RayExecutor:
         return out
 
     def fence(self, node: str, job_id: str, pid: int) -> None:
-        """SIGKILL a stray job process on ``node``."""
-        self.directory.call(self.agent(node), "fence", node, job_id, pid)
+        """SIGKILL a stray job process on ``node``.
+
+        Raises:
+            AgentUnavailable: its agent did not answer; the log pump tries again every :data:`REFENCE_S`
+                until the agent answers (:meth:`_fence_later`), and notices the kill then.
+        """
+        try:
+            self.directory.call(self.agent(node), "fence", node, job_id, pid)
+        except AgentUnavailable:
+            self._fence_later(node, job_id, pid, "a stray whose first fence its agent did not answer")
+            raise
+
+    def _fence_later(self, node: str, job_id: str, pid: int, why: str, after_s: float = REFENCE_S) -> None:
+        """Have the log pump fence that process in ``after_s`` (and again until its agent answers)."""
+        with self._lock:
+            self._unfenced[(node, job_id, pid)] = (time.monotonic() + after_s, why)
 
     def superseded(self, node: str, job_id: str, pid: int | None) -> None:
         """Note a stray the agent killed before starting a new attempt of its job (audited as fenced)."""
@@ -548,8 +568,9 @@ class RayExecutor:
                     self._notices.extend(notes)
 
     def _fence_abandoned(self) -> None:
-        """Kill the process of each abandoned gang rank whose agent answered its launch at last (the gang's
-        launch failed without it, so nobody runs that process: audited as fenced)."""
+        """Kill what nobody runs any more, once its agent answers (each kill noticed as ``fenced``): the
+        process of an abandoned gang rank whose launch was answered at last (its gang's launch failed
+        without it), and strays whose fence was not answered (retried every :data:`REFENCE_S`)."""
         with self._lock:
             abandoned, self._abandoned = self._abandoned, []
         keep = []
@@ -562,16 +583,23 @@ class RayExecutor:
             except Exception:  # refused, or its agent died with it: nothing started
                 continue
             self.superseded(node, job_id, old)
-            try:
-                self.fence(node, job_id, h.pid)
-            except Exception:
-                keep.append((node, job_id, sent))  # its agent stopped answering again: tried next round
-                continue
-            with self._lock:
-                self._notices.append({"reason": "fenced", "job": job_id, "node": node, "pid": h.pid,
-                                      "why": "a gang rank that started after its gang's launch had failed"})
+            self._fence_later(node, job_id, h.pid, "a gang rank that started after its gang's launch had failed",
+                              after_s=0.0)
+        now = time.monotonic()
         with self._lock:
             self._abandoned.extend(keep)
+            due = [(k, why) for k, (t, why) in self._unfenced.items() if t <= now]
+        for (node, job_id, pid), why in due:
+            try:
+                self.directory.call(self.agent(node), "fence", node, job_id, pid)
+            except AgentUnavailable:
+                self._fence_later(node, job_id, pid, why)  # still silent: again later
+                continue
+            except Exception as exc:  # the agent failed the kill itself: say so, do not loop on it
+                LOG.warning("fence of job %s (pid %d) on node %s failed: %s", job_id, pid, node, exc)
+            with self._lock:
+                self._unfenced.pop((node, job_id, pid), None)
+                self._notices.append({"reason": "fenced", "job": job_id, "node": node, "pid": pid, "why": why})
 
     def _copy_logs(self, handles: list[Launched]) -> None:
         """One copy round: a single ``read_logs`` call per agent for all its live jobs; a job with more

@@ -643,3 +643,35 @@ def test_a_gang_rank_that_starts_after_its_gang_failed_is_fenced(ray_fleet: RayF
                  what="no process of the failed gang to run")
     finally:
         ex.close()
+
+
+def test_a_fence_its_agent_does_not_answer_is_tried_again(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Strays are listed once per agent: a fence lost to a timeout would leave the process running for good.
+    from rlsched.runtime.fleet import executor as fleet_executor
+    from rlsched.runtime.fleet.backend import RayBackend
+    from rlsched.runtime.fleet.directory import AgentUnavailable
+
+    monkeypatch.setattr(fleet_executor, "REFENCE_S", 1.0)
+    host = ray_fleet.hosts["c"]
+    backend = RayBackend(ray_fleet.address, call_timeout_s=1.0)
+    dev = backend.node(host).gpus[0].uuid
+    ex = backend.job_executor(tmp_path / "logs")
+    agent = backend.directory.agent_for(host)
+    assert agent is not None and agent.pid
+    notices: list[dict[str, Any]] = []
+    try:
+        stray = ex.on(host).launch("j-stray", sleeper(STRAY_S), [dev])
+        os.kill(agent.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(AgentUnavailable):
+                ex.fence(host, "j-stray", stray.pid)
+            assert alive(stray.pid)
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        wait_for(lambda: not alive(stray.pid), timeout=60, what="the retried fence")
+        wait_for(lambda: notices.extend(ex.notices()) or any(
+            n["reason"] == "fenced" and n["job"] == "j-stray" and n["pid"] == stray.pid for n in notices),
+            what="the fence to be noticed")
+    finally:
+        ex.close()
