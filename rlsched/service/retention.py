@@ -22,6 +22,23 @@ RETENTION_BATCH = 500
 RETENTION_PAUSE_S = 0.02
 
 
+def remove_files(paths: list[str]) -> None:
+    """Remove a pruned job's files, listed earlier in the sweep.
+
+    A job's exit file may have been renamed ``*.seen`` since the listing: the settle that recorded the job
+    marks its exit files seen just after its commit, and the sweep may pick the job up in between. The
+    rename happens at most once, so the file is under one of the two names, and removing the first that
+    exists leaves neither (a left-over ``.seen`` file would outlive its job for good).
+    """
+    for path in paths:
+        for name in (path, path + ".seen"):
+            try:
+                os.unlink(name)
+            except FileNotFoundError:
+                continue
+            break
+
+
 class HistoryRetention:
     """Sweeps the history past the configured age and count (see the module doc)."""
 
@@ -74,10 +91,7 @@ class HistoryRetention:
                 for job in batch:
                     self.mirror.forget_finished(job.state)
             for job in batch:
-                paths = [job.log_path or str(self.log_dir / f"{job.id}.log"), *exit_files.get(job.id, ())]
-                for path in paths:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+                remove_files([job.log_path or str(self.log_dir / f"{job.id}.log"), *exit_files.get(job.id, ())])
             removed += len(batch)
             time.sleep(RETENTION_PAUSE_S)
         if before is not None:
