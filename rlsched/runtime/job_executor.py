@@ -57,7 +57,12 @@ class JobExecutor(Protocol):
         ...
 
     def recorded_exit(self, job_id: str) -> int | None:
-        """The exit status the wrapper recorded for the latest attempt not consumed yet."""
+        """The exit status the wrapper recorded for the latest attempt not consumed yet (None: none).
+
+        Raises:
+            BackendError: the machine holding the record did not answer; whether there is one is not known
+                (the caller asks again later, and must not take the silence for "none").
+        """
         ...
 
     def consume_exits(self, job_id: str, known: Path | None = None) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from rlsched.runtime.audit import AuditEvent
+from rlsched.runtime.backend import BackendError
 from rlsched.runtime.executor import EXIT_LOST, EXIT_NODE_LOST, EXIT_NOT_EXECUTABLE, Launched
 from rlsched.runtime.job_executor import JobExecutor
 from rlsched.runtime.store import Allocation, InvalidTransitionError, JobRecord, JobState, StoreError, UnknownJobError
@@ -76,8 +77,17 @@ class Supervisor:
         """The executor of the node ``rec`` runs on (the only one for a one-machine service)."""
         return self.executor.on(rec.allocation.node if rec.allocation is not None else "")
 
-    def _recorded_exit(self, rec: JobRecord) -> int | None:
-        return self._on(rec).recorded_exit(rec.id)
+    def _settle_with_record(self, rec: JobRecord, rc: int | None) -> None:
+        """Settle ``rec`` with the exit status its wrapper recorded, else ``rc`` - unless its node did not
+        answer the question: then nothing is settled and the next pass asks again. Settling without the
+        record would requeue a job that may have finished, and run it twice; a node that stays silent has
+        its jobs settled as lost by the executor's polls instead."""
+        try:
+            recorded = self._on(rec).recorded_exit(rec.id)
+        except BackendError as exc:
+            LOG.info("job %s: its exit record could not be read (%s); asked again next pass", rec.id, exc)
+            return
+        self._settle(rec, recorded if recorded is not None else rc)
 
     def handle(self, rec: JobRecord) -> Launched | None:
         """The live process of a running/preempted job, adopting it after a restart; None if it is gone
@@ -218,7 +228,7 @@ class Supervisor:
             try:
                 h = self.handle(rec)
                 if h is None:
-                    self._settle(rec, self._recorded_exit(rec))
+                    self._settle_with_record(rec, None)
                     continue
                 rc = self.executor.poll(h)
                 if rc is None:
@@ -226,9 +236,9 @@ class Supervisor:
                         self.ensure_stopping(rec, h)
                     continue
                 if rc == EXIT_LOST:
-                    recorded = self._recorded_exit(rec)
-                    rc = recorded if recorded is not None else rc
-                self._settle(rec, rc)
+                    self._settle_with_record(rec, rc)
+                else:
+                    self._settle(rec, rc)
             except (InvalidTransitionError, UnknownJobError):
                 continue  # changed under us (a cancel); the next iteration sees the new state
 
@@ -248,9 +258,9 @@ class Supervisor:
                             self.ensure_stopping(rec, h)
                         continue
                     if rc is None or rc == EXIT_LOST:
-                        recorded = self._recorded_exit(rec)
-                        rc = recorded if recorded is not None else rc
-                    self._settle(rec, rc)
+                        self._settle_with_record(rec, rc)
+                    else:
+                        self._settle(rec, rc)
                 except (InvalidTransitionError, UnknownJobError):
                     continue
         finally:

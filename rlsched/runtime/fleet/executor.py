@@ -776,12 +776,11 @@ class _NodeJobs:
         self.parent.send_signal(job, sig)
 
     def recorded_exit(self, job_id: str) -> int | None:
+        """The exit its wrapper recorded on this node (raises AgentUnavailable if the agent does not answer:
+        a silence is not "no record", see :meth:`JobExecutor.recorded_exit`)."""
         if self.parent.take_refusal(job_id) is not None:
             return EXIT_NOT_EXECUTABLE  # its launch was refused when the agent finally answered
-        try:
-            rc: int | None = self._call("recorded_exit", self.node, job_id)
-        except AgentUnavailable:
-            return None
+        rc: int | None = self._call("recorded_exit", self.node, job_id)
         return rc
 
     def consume_exits(self, job_id: str, known: Path | None = None) -> None:

@@ -675,3 +675,47 @@ def test_a_fence_its_agent_does_not_answer_is_tried_again(
             what="the fence to be noticed")
     finally:
         ex.close()
+
+
+def test_a_job_whose_exit_record_its_agent_does_not_answer_is_asked_again_not_requeued(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service died between launching a job and recording its pid; the job then finished. Its successor
+    # finds no process and asks the agent for the recorded exit: if that question times out (a loaded
+    # machine), the silence is not "no record" - requeueing would run a finished job twice.
+    import sqlite3
+
+    from rlsched.runtime.fleet.directory import AgentDirectory, AgentUnavailable
+
+    spec = ray_fleet.spec(tmp_path / "pool.hcl")
+    config = ServiceConfig([spec], tmp_path / "state", backend=f"ray:{ray_fleet.address}", grace_s=1.0, tick_s=0.05)
+    first = SchedulerService(config)
+    first.start()
+    marker = tmp_path / "ran.txt"
+    job = first.submit(JobRequest(["/bin/sh", "-c", 'sleep 2; echo ran >> "$0"', str(marker)], gpus=1))
+    wait_for(lambda: first.store.get(job.id).pid is not None, what="the job to start")
+    pid = first.store.get(job.id).pid
+    assert pid is not None
+    first.close()  # its job runs on under its agent, and ends
+    with contextlib.closing(sqlite3.connect(config.state_dir / "jobs.db")) as db, db:
+        db.execute("UPDATE jobs SET pid = NULL, pid_start = NULL WHERE id = ?", (job.id,))
+    wait_for(lambda: not alive(pid), what="the job to end")
+    unanswered = {"left": 3}
+    real_call = AgentDirectory.call
+
+    def call(self: AgentDirectory, ref: Any, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        if method == "recorded_exit" and unanswered["left"] > 0:
+            unanswered["left"] -= 1
+            raise AgentUnavailable(f"agent on {ref.machine} did not answer within 5 s")
+        return real_call(self, ref, method, *args, timeout_s=timeout_s)
+
+    monkeypatch.setattr(AgentDirectory, "call", call)
+    second = SchedulerService(config)
+    second.start()
+    try:
+        wait_for(lambda: finished(second, job.id), timeout=60, what="the job to be settled")
+        rec = second.store.get(job.id)
+        assert unanswered["left"] == 0  # the question was asked again after each silence
+        assert rec.state is JobState.DONE and rec.attempts == 1, (rec.state, rec.reason)  # its record, not a rerun
+        assert marker.read_text().split() == ["ran"]
+    finally:
+        second.close()
