@@ -48,7 +48,8 @@ the agent of the handle's node. What it adds over the local executor:
   refused it). The agent is not asked for the job meanwhile: that question could overtake the launch in the
   agent's threads and be answered "no such job". Only if its node stops answering for ``lost_after_s`` is the
   job lost (its process fenced if the node comes back). A gang rank that is not answered in time still fails
-  the gang's launch.
+  the gang's launch (its started ranks are fenced); if that rank starts later, the log pump fences it as soon
+  as its agent answers.
 """
 
 from __future__ import annotations
@@ -288,7 +289,7 @@ class RayExecutor:
                 try:
                     h, old = self.directory.answer(sent, self.directory.call_timeout_s)
                 except AnswerPending:
-                    with self._lock:  # the rank may still start: fenced when its agent answers (_fence_abandoned)
+                    with self._lock:  # the rank may still start: fenced when its agent answers (_fence_unowned)
                         self._abandoned.append((host, job_id, sent))
                     raise
                 self.superseded(host, job_id, old)
@@ -523,10 +524,12 @@ class RayExecutor:
             self._fence_later(node, job_id, pid, "a stray whose first fence its agent did not answer")
             raise
 
-    def _fence_later(self, node: str, job_id: str, pid: int, why: str, after_s: float = REFENCE_S) -> None:
-        """Have the log pump fence that process in ``after_s`` (and again until its agent answers)."""
+    def _fence_later(self, node: str, job_id: str, pid: int, why: str, after_s: float | None = None) -> None:
+        """Have the log pump fence that process in ``after_s`` (default :data:`REFENCE_S`), and again every
+        :data:`REFENCE_S` until its agent answers."""
+        wait = REFENCE_S if after_s is None else after_s
         with self._lock:
-            self._unfenced[(node, job_id, pid)] = (time.monotonic() + after_s, why)
+            self._unfenced[(node, job_id, pid)] = (time.monotonic() + wait, why)
 
     def superseded(self, node: str, job_id: str, pid: int | None) -> None:
         """Note a stray the agent killed before starting a new attempt of its job (audited as fenced)."""
@@ -556,7 +559,7 @@ class RayExecutor:
             for node, job_id, pid in due:  # gang members that ignored their SIGTERM
                 with contextlib.suppress(Exception):
                     self.fence(node, job_id, pid)
-            self._fence_abandoned()
+            self._fence_unowned()
             self._save_offsets()
             if time.monotonic() >= next_renew:
                 next_renew = time.monotonic() + RENEW_S
@@ -567,7 +570,7 @@ class RayExecutor:
                 with self._lock:
                     self._notices.extend(notes)
 
-    def _fence_abandoned(self) -> None:
+    def _fence_unowned(self) -> None:
         """Kill what nobody runs any more, once its agent answers (each kill noticed as ``fenced``): the
         process of an abandoned gang rank whose launch was answered at last (its gang's launch failed
         without it), and strays whose fence was not answered (retried every :data:`REFENCE_S`)."""
