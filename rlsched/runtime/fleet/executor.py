@@ -784,6 +784,10 @@ class _NodeJobs:
         if self.parent.take_refusal(job_id) is not None:
             return EXIT_NOT_EXECUTABLE  # its launch was refused when the agent finally answered
         rc: int | None = self._call("recorded_exit", self.node, job_id)
+        if rc is not None:
+            # it ended with no handle here (it finished while no service ran): its output comes home now,
+            # from where the last copy stopped, as a live job's last bytes do before its exit is reported
+            self.parent._finish_log(self.parent.unconfirmed(self.node, job_id))
         return rc
 
     def consume_exits(self, job_id: str, known: Path | None = None) -> None:

@@ -691,7 +691,8 @@ def test_a_job_whose_exit_record_its_agent_does_not_answer_is_asked_again_not_re
     first = SchedulerService(config)
     first.start()
     marker = tmp_path / "ran.txt"
-    job = first.submit(JobRequest(["/bin/sh", "-c", 'sleep 2; echo ran >> "$0"', str(marker)], gpus=1))
+    job = first.submit(JobRequest(["/bin/sh", "-c", 'sleep 2; echo ran >> "$0"; echo output of the run',
+                                   str(marker)], gpus=1))
     wait_for(lambda: first.store.get(job.id).pid is not None, what="the job to start")
     pid = first.store.get(job.id).pid
     assert pid is not None
@@ -717,5 +718,7 @@ def test_a_job_whose_exit_record_its_agent_does_not_answer_is_asked_again_not_re
         assert unanswered["left"] == 0  # the question was asked again after each silence
         assert rec.state is JobState.DONE and rec.attempts == 1, (rec.state, rec.reason)  # its record, not a rerun
         assert marker.read_text().split() == ["ran"]
+        # its output, printed while no service ran, is copied home when it is settled
+        assert Path(rec.log_path or "").read_text().count("output of the run") == 1
     finally:
         second.close()
