@@ -50,7 +50,6 @@ class SentCall:
     """A call on its way to an agent; :meth:`AgentDirectory.answer` waits for what it returns."""
 
     ref: AgentRef
-    method: str
     obj: Any
 
 
@@ -211,7 +210,7 @@ class AgentDirectory:
             AgentUnavailable: the call could not be sent (the actor is known to be dead).
         """
         try:
-            return SentCall(ref, method, getattr(ref.handle, method).remote(*args))
+            return SentCall(ref, getattr(ref.handle, method).remote(*args))
         except Exception as exc:
             raise self._failure(ref, exc) from None
 
