@@ -47,9 +47,11 @@ the agent of the handle's node. What it adds over the local executor:
   the refusal as its recorded exit, :data:`~rlsched.runtime.executor.EXIT_NOT_EXECUTABLE`, if the agent
   refused it). The agent is not asked for the job meanwhile: that question could overtake the launch in the
   agent's threads and be answered "no such job". Only if its node stops answering for ``lost_after_s`` is the
-  job lost (its process fenced if the node comes back). A gang rank that is not answered in time still fails
-  the gang's launch (its started ranks are fenced); if that rank starts later, the log pump fences it as soon
-  as its agent answers.
+  job lost (its process fenced if the node comes back). A gang sends every rank's launch before it waits for
+  any answer, and waits the same way: its handle stays unconfirmed until every rank has answered, and the ranks
+  that started meanwhile run (their output is copied from the start once the gang begins). A rank refused, or
+  not answered within ``lost_after_s``, fails the gang's launch: its started ranks are fenced, and a rank that
+  starts later is fenced by the log pump as soon as its agent answers.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +155,8 @@ class RayExecutor:
         self._unanswered: dict[str, SentCall] = {}
         #: job id -> why an agent refused its launch when it finally answered
         self._refused: dict[str, str] = {}
+        #: job id -> a gang launch some of whose ranks have not answered yet (its handle is unconfirmed)
+        self._pending_gangs: dict[str, _GangLaunch] = {}
         #: (node, job id, launch) of gang ranks not answered in time, whose gang's launch failed: fenced if they start
         self._abandoned: list[tuple[str, str, SentCall]] = []
         #: (node, job id, pid) -> (when to try, why) of processes to fence whose agent has not answered yet
@@ -226,6 +231,9 @@ class RayExecutor:
         """
         with self._lock:
             sent = self._unanswered.get(job_id)
+            gang = self._pending_gangs.get(job_id)
+        if gang is not None:
+            return self._unanswered_gang(job_id, gang)
         if sent is None:
             return None
         try:
@@ -243,15 +251,39 @@ class RayExecutor:
         self.forget_launch(job_id)
         return h
 
+    def _unanswered_gang(self, job_id: str, gang: _GangLaunch) -> Launched | None:
+        """:meth:`unanswered_launch` of a gang: its leader's handle once every rank answered, an unconfirmed
+        handle while one has not, None once a rank was refused or stayed unanswered for ``lost_after_s`` (the
+        launch fails: its started ranks are fenced, a late one when it starts; the reason in
+        :meth:`take_refusal`)."""
+        failure = self._collect_gang(job_id, gang, 0.0)
+        if failure is None and gang.sent and time.monotonic() - gang.since >= self.lost_after_s:
+            failure = "; ".join(f"rank {r} on {gang.hosts[r]}: no answer to its launch within "
+                                f"{self.lost_after_s:g} s" for r in gang.sent)
+        if failure is None and gang.sent:
+            return self.unconfirmed(gang.hosts[0], job_id)
+        with self._lock:
+            self._pending_gangs.pop(job_id, None)
+        if failure is None:
+            return self._begin_gang(job_id, gang)
+        LOG.warning("gang %s: launch failed: %s", job_id, failure)
+        self._drop_gang(job_id, gang)
+        with self._lock:
+            self._refused[job_id] = f"gang of {len(gang.hosts)} nodes: {failure}"
+        return None
+
     def has_unanswered(self, job_id: str) -> bool:
         with self._lock:
-            return job_id in self._unanswered
+            return job_id in self._unanswered or job_id in self._pending_gangs
 
     def forget_launch(self, job_id: str) -> None:
         """Stop waiting for a launch's answer (its node is lost: the job is settled; a process it started
-        there is fenced as a stray if the node answers again)."""
+        there is fenced as a stray if the node answers again; a waiting gang's ranks are fenced)."""
         with self._lock:
             self._unanswered.pop(job_id, None)
+            gang = self._pending_gangs.pop(job_id, None)
+        if gang is not None:
+            self._drop_gang(job_id, gang)
 
     # ------------------------------------------------------------------ routing
     def on(self, node: str) -> _NodeJobs:
@@ -277,34 +309,70 @@ class RayExecutor:
 
     def start_gang(self, job_id: str, argv: list[str], by_node: dict[str, list[str]], env: dict[str, str],
                    cwd: str | None) -> Launched:
-        """One process per node of a multi-node job (rank 0 first); all started or none (module doc)."""
+        """One process per node of a multi-node job; all started or none (module doc).
+
+        Every rank's launch is sent before any answer is awaited, so a gang waits for its slowest agent once,
+        not for each agent in turn. Ranks still unanswered after :attr:`launch_wait_s` make the handle
+        unconfirmed (:meth:`unanswered_launch` settles the gang later); a refusal fails the launch at once.
+        """
         hosts = list(by_node)
         common = {**env, "RLSCHED_GANG_SIZE": str(len(hosts)), "RLSCHED_GANG_HOSTS": ",".join(hosts),
                   "RLSCHED_GANG_LEADER": hosts[0]}
-        started: list[Launched] = []
+        gang = _GangLaunch(hosts, time.monotonic())
         try:
             for rank, host in enumerate(hosts):
                 run = JobLaunch(tuple(argv), tuple(by_node[host]), {**common, "RLSCHED_GANG_RANK": str(rank)}, cwd)
-                sent = self.send_launch(self.agent(host), host, job_id, run)
-                try:
-                    h, old = self.directory.answer(sent, self.directory.call_timeout_s)
-                except AnswerPending:
-                    with self._lock:  # the rank may still start: fenced when its agent answers (_fence_unowned)
-                        self._abandoned.append((host, job_id, sent))
-                    raise
-                self.superseded(host, job_id, old)
-                started.append(h)
-        except Exception as exc:
-            for h in started:
-                with contextlib.suppress(Exception):
-                    self.fence(h.node, job_id, h.pid)
-            where = hosts[len(started)]
-            raise ExecutorError(f"gang of {len(hosts)} nodes: rank {len(started)} on {where}: {exc}") from None
+                gang.sent[rank] = self.send_launch(self.agent(host), host, job_id, run)
+        except Exception as exc:  # an agent that cannot be called: the ranks already sent may still start
+            self._drop_gang(job_id, gang)
+            raise ExecutorError(f"gang of {len(hosts)} nodes: rank {len(gang.sent)} on {hosts[len(gang.sent)]}: "
+                                f"{exc}") from None
+        failure = self._collect_gang(job_id, gang, self.launch_wait_s)
+        if failure is not None:
+            self._drop_gang(job_id, gang)
+            raise ExecutorError(f"gang of {len(hosts)} nodes: {failure}")
+        if gang.sent:
+            with self._lock:
+                self._pending_gangs[job_id] = gang
+            LOG.info("gang %s: ranks %s not answered within %g s; waiting for them", job_id,
+                     ", ".join(f"{r} on {hosts[r]}" for r in gang.sent), self.launch_wait_s)
+            return self.unconfirmed(hosts[0], job_id)
+        return self._begin_gang(job_id, gang)
+
+    def _collect_gang(self, job_id: str, gang: _GangLaunch, wait_s: float) -> str | None:
+        """Take the answers of ``gang``'s ranks that came within ``wait_s`` (one deadline for all); what
+        failed its launch (a refusal, an agent that died with it), or None."""
+        deadline = time.monotonic() + wait_s
+        for rank, sent in list(gang.sent.items()):
+            host = gang.hosts[rank]
+            try:
+                h, old = self.directory.answer(sent, max(0.0, deadline - time.monotonic()))
+            except AnswerPending:
+                continue
+            except Exception as exc:
+                return f"rank {rank} on {host}: {exc}"
+            del gang.sent[rank]
+            self.superseded(host, job_id, old)
+            gang.started[rank] = h
+        return None
+
+    def _drop_gang(self, job_id: str, gang: _GangLaunch) -> None:
+        """Give up ``gang``'s launch: its started ranks are fenced now, its unanswered ones when they start."""
+        for h in gang.started.values():
+            with contextlib.suppress(Exception):
+                self.fence(h.node, job_id, h.pid)
+        with self._lock:  # a rank may still start: fenced when its agent answers (_fence_unowned)
+            self._abandoned.extend((gang.hosts[rank], job_id, sent) for rank, sent in gang.sent.items())
+        gang.sent.clear()
+
+    def _begin_gang(self, job_id: str, gang: _GangLaunch) -> Launched:
+        """Every rank of ``gang`` started: its members are watched and every rank's output copied home."""
+        ranks = [gang.started[r] for r in range(len(gang.hosts))]
         with self._lock:
-            self._members[job_id] = started[1:]
-        for rank, m in enumerate(started[1:], start=1):
+            self._members[job_id] = ranks[1:]
+        for rank, m in enumerate(ranks[1:], start=1):
             self.track(m, f"[rank {rank} {m.node}] ".encode())
-        return self.track(started[0])
+        return self.track(ranks[0])
 
     def _members_of(self, h: Launched, snap: Snapshot) -> list[Launched]:
         """``h``'s gang members: those started by this process, or after a restart those found running."""
@@ -706,6 +774,17 @@ class RayExecutor:
                 self._copy_log(h)
         self._save_offsets()
         self.lease.release()
+
+
+@dataclass
+class _GangLaunch:
+    """A gang's launch in flight: each rank's call until it is answered, then its process."""
+
+    hosts: list[str]
+    #: when its launches were sent (monotonic)
+    since: float
+    sent: dict[int, SentCall] = field(default_factory=dict)
+    started: dict[int, Launched] = field(default_factory=dict)
 
 
 class _NodeJobs:
