@@ -284,7 +284,8 @@ class LocalExecutor:
 
     # ------------------------------------------------------------------ watch
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
-              job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
+              job_id: str = "", log_path: str | os.PathLike[str] | None = None,
+              devices: Sequence[str] = ()) -> Launched | None:
         """Re-attach to a job process after a restart; None if it is not the same process.
 
         The pid must exist AND have the recorded start time (pid-reuse guard). The
@@ -314,9 +315,10 @@ class LocalExecutor:
             log_path = exit_path.with_name(f"{job_id}.log")
         return Launched(job_id, pid, start_time, Path(log_path), exit_path)
 
-    def find(self, job_id: str) -> Launched | None:
+    def find(self, job_id: str, devices: Sequence[str] = ()) -> Launched | None:
         """A live wrapper process of ``job_id`` (for a job marked running whose pid was never stored:
-        the service died between committing the placement and recording the launch)."""
+        the service died between committing the placement and recording the launch). One machine runs
+        every job in one process, so ``devices`` (and :meth:`adopt`'s) change nothing here."""
         prefix = str(self.log_dir / f"{job_id}.").encode()
         for entry in os.listdir("/proc"):
             if not entry.isdigit():

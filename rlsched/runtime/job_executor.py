@@ -40,12 +40,18 @@ class JobExecutor(Protocol):
         ...
 
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
-              job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
-        """Re-attach to a job's process after a restart (pid AND start time must match); None if gone."""
+              job_id: str = "", log_path: str | os.PathLike[str] | None = None,
+              devices: Sequence[str] = ()) -> Launched | None:
+        """Re-attach to a job's process after a restart (pid AND start time must match); None if gone.
+
+        ``devices`` are those the job holds, on every node: an executor whose jobs span nodes checks from
+        them that each node's rank of a gang is there (one that never started makes the gang's poll
+        ``EXIT_LOST``: its leader would wait at its rendezvous for good)."""
         ...
 
-    def find(self, job_id: str) -> Launched | None:
-        """A live process of ``job_id`` whose pid the service never recorded; None if there is none."""
+    def find(self, job_id: str, devices: Sequence[str] = ()) -> Launched | None:
+        """A live process of ``job_id`` whose pid the service never recorded; None if there is none
+        (``devices`` as for :meth:`adopt`)."""
         ...
 
     def poll(self, job: Launched) -> int | None:

@@ -97,10 +97,12 @@ class Supervisor:
             return h
         if rec.id in self.launching:
             return None
+        # the devices it holds: where its job spans nodes, the executor checks every node's rank is there
+        devices = rec.allocation.devices if rec.allocation is not None else ()
         if rec.pid is not None and rec.pid_start is not None:
-            h = self._on(rec).adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path)
+            h = self._on(rec).adopt(rec.pid, rec.pid_start, None, rec.id, rec.log_path, devices=devices)
         else:
-            h = self._on(rec).find(rec.id)
+            h = self._on(rec).find(rec.id, devices=devices)
             if h is not None and h.unconfirmed:
                 # its node is silent: whether the launch started there is not known yet, so the job waits
                 # (polls say when the node is lost); the handle is asked for afresh each pass, never kept

@@ -52,6 +52,14 @@ the agent of the handle's node. What it adds over the local executor:
   that started meanwhile run (their output is copied from the start once the gang begins). A rank refused, or
   not answered within ``lost_after_s``, fails the gang's launch: its started ranks are fenced, and a rank that
   starts later is fenced by the log pump as soon as its agent answers.
+* **A gang adopted after a restart is checked rank by rank.** The service adopts a gang's leader with the
+  job's devices (:meth:`_NodeJobs.adopt`, :meth:`_NodeJobs.find`), so the executor knows which nodes must hold
+  its ranks. A rank found running there is a member (never a stray, though the store names only the leader's
+  node). A rank that ended while no service ran counts as a member that ended (a failure stops the leader). A
+  node that answers with neither never started its rank: the launch was on its way when the previous service
+  died and this epoch refused it, or the rank vanished with its wrapper. The leader would then wait at the
+  gang's rendezvous until the job's own timeout, holding every node's GPUs, so its poll fences the gang's
+  running ranks and returns :data:`~rlsched.runtime.executor.EXIT_LOST` (the service requeues the job).
 """
 
 from __future__ import annotations
@@ -149,6 +157,10 @@ class RayExecutor:
         self._leader_rc: dict[str, tuple[int, float]] = {}
         #: job id -> the exit code of its first member that failed
         self._gang_failed: dict[str, int] = {}
+        #: job id -> the nodes of a gang this service adopted after a restart (every one must hold a rank)
+        self._gang_nodes: dict[str, list[str]] = {}
+        #: job id -> why a gang adopted after a restart cannot complete (a rank that never started)
+        self._incomplete: dict[str, str] = {}
         #: how long a launch waits for its agent's answer before its job counts as unconfirmed (module doc)
         self.launch_wait_s = self.directory.call_timeout_s
         #: job id -> its launch, sent to an agent that has not answered it yet
@@ -374,26 +386,118 @@ class RayExecutor:
             self.track(m, f"[rank {rank} {m.node}] ".encode())
         return self.track(ranks[0])
 
-    def _members_of(self, h: Launched, snap: Snapshot) -> list[Launched]:
-        """``h``'s gang members: those started by this process, or after a restart those found running."""
+    def _members_of(self, h: Launched, snap: Snapshot, leader_running: bool) -> list[Launched]:
+        """``h``'s gang members: those started by this process, or after a restart those found running (and,
+        for a gang adopted with its devices, those its nodes hold once they answer: :meth:`_settle_ranks`)."""
         with self._lock:
             known = self._members.get(h.job_id)
-        if known is not None:
-            return list(known)
+            check = h.job_id in self._gang_nodes
+        if known is None:
+            known = self._found_members(h, snap, {h.node})
+            with self._lock:
+                self._members[h.job_id] = known
+        if check:
+            known = self._settle_ranks(h, snap, known, leader_running)
+        return list(known)
+
+    def _found_members(self, h: Launched, snap: Snapshot, skip: set[str]) -> list[Launched]:
+        """The processes of ``h``'s job that ``snap`` shows on nodes other than ``skip``, their logs copied."""
         found = [Launched(h.job_id, pid, start, self.log_dir / f"{h.job_id}.log", Path(""), node)
-                 for node, jobs in snap.items() if node != h.node
+                 for node, jobs in snap.items() if node not in skip
                  for pid, start in jobs.get(h.job_id, ())]
-        with self._lock:
-            self._members[h.job_id] = found
         for m in found:
             self.track(m, f"[{m.node}] ".encode())
         return found
+
+    def _settle_ranks(self, leader: Launched, snap: Snapshot, members: list[Launched],
+                      leader_running: bool) -> list[Launched]:
+        """Check that every node of a gang adopted after a restart holds its rank; the members with any found
+        on nodes that answered since. Nodes still silent are checked at a later poll.
+
+        A node that answers and neither runs the job nor holds an exit record of it never started its rank:
+        the launch was on its way when the previous service died, and this service's epoch refused it (or
+        it was lost with its sender). The leader would wait at the gang's rendezvous until the job's own
+        timeout, holding every node's GPUs, so the gang is marked incomplete (:meth:`poll` fences it and
+        requeues the job). A rank that ended with a failure while no service ran fails the gang and stops
+        its leader, as a member that fails under a running service does.
+        """
+        with self._lock:
+            nodes = self._gang_nodes.get(leader.job_id, [])
+        have = {leader.node, *(m.node for m in members)}
+        pending = False
+        for node in nodes:
+            if node in have:
+                continue
+            if node not in snap:
+                pending = True  # silent: whether its rank runs is not known yet
+                continue
+            late = self._found_members(leader, {node: snap[node]}, set())
+            if late:
+                members = members + late
+                with self._lock:
+                    self._members[leader.job_id] = members
+                continue
+            try:
+                rc: int | None = self.directory.call(self.agent(node), "recorded_exit", node, leader.job_id)
+            except (AgentUnavailable, ExecutorError):
+                pending = True
+                continue
+            with self._lock:
+                if rc is None:
+                    self._incomplete.setdefault(leader.job_id, f"its rank on node {node} never started")
+                elif rc != 0:
+                    self._gang_failed.setdefault(leader.job_id, rc)
+            if rc is not None and rc != 0 and leader_running:
+                self._signal(leader, signal.SIGTERM)
+        if not pending:
+            with self._lock:
+                self._gang_nodes.pop(leader.job_id, None)
+        return members
+
+    def expect_ranks(self, job_id: str, node: str, devices: Sequence[str]) -> None:
+        """Note the nodes a job adopted after a restart holds GPUs on (``node`` its leader's): a gang's
+        members are then checked against them (:meth:`_settle_ranks`) rather than taken as found."""
+        where = self.backend.device_nodes() if devices else {}
+        if any(d not in where for d in devices):
+            with contextlib.suppress(Exception):  # no inventory read yet (or a stale one): read it now
+                self.backend.inventory()
+            where = self.backend.device_nodes()
+        nodes = list(dict.fromkeys([node, *(where.get(d, node) for d in devices)]))
+        if len(nodes) > 1:
+            with self._lock:
+                if job_id not in self._members:
+                    self._gang_nodes[job_id] = nodes
+
+    def _end_incomplete(self, leader: Launched, rc: int | None, still: list[Launched], why: str) -> int:
+        """A gang that cannot complete (:meth:`_settle_ranks`): its running ranks are fenced and its poll is
+        EXIT_LOST (the job is requeued: none of its attempts ran as a whole) - unless its leader ended
+        successfully without the missing rank, whose exit then stands."""
+        LOG.warning("gang %s adopted after a restart: %s; its running ranks are fenced and the job requeued",
+                    leader.job_id, why)
+        running = ([leader] if rc is None else []) + still
+        for h in running:
+            try:
+                self.fence(h.node, h.job_id, h.pid)
+            except AgentUnavailable:
+                continue  # tried again by the pump, which notices the kill then
+            with self._lock:
+                self._notices.append({"reason": "fenced", "job": h.job_id, "node": h.node, "pid": h.pid,
+                                      "why": f"gang incomplete after a restart: {why}"})
+        for h in running:
+            self._untrack(h)
+        with self._lock:
+            self._incomplete.pop(leader.job_id, None)
+            self._gang_nodes.pop(leader.job_id, None)
+            self._members.pop(leader.job_id, None)
+            self._leader_rc.pop(leader.job_id, None)
+            self._gang_failed.pop(leader.job_id, None)
+        return 0 if rc == 0 else EXIT_LOST
 
     def _watch_members(self, leader: Launched, leader_running: bool,
                        snap: Snapshot) -> list[Launched]:
         """Settle the members that ended (their last output copied; a failure while the leader runs stops
         the leader: the collective cannot go on without it); the members still running."""
-        members = self._members_of(leader, snap)
+        members = self._members_of(leader, snap, leader_running)
         still: list[Launched] = []
         for m in members:
             if m.node not in snap or (m.pid, m.start_time) in snap[m.node].get(m.job_id, ()):
@@ -427,6 +531,7 @@ class RayExecutor:
         with self._lock:
             self._leader_rc.pop(leader.job_id, None)
             self._members.pop(leader.job_id, None)
+            self._gang_nodes.pop(leader.job_id, None)
             failed = self._gang_failed.pop(leader.job_id, None)
         return failed if rc == 0 and failed is not None else rc
 
@@ -490,8 +595,14 @@ class RayExecutor:
         if rc == EXIT_NODE_LOST:  # the leader's node is lost: the job is settled; members are fenced as strays
             with self._lock:
                 self._members.pop(job.job_id, None)
+                self._gang_nodes.pop(job.job_id, None)
+                self._incomplete.pop(job.job_id, None)
             return rc
         still = self._watch_members(job, rc is None, snap)
+        with self._lock:
+            missing = self._incomplete.get(job.job_id)
+        if missing is not None:
+            return self._end_incomplete(job, rc, still, missing)
         if rc is None:
             return None
         if not still and ended is None and job.job_id not in self._gang_failed:
@@ -560,7 +671,9 @@ class RayExecutor:
             self.directory.call(self.agent(h.node), "signal", h.node, h.job_id, h.pid, h.start_time, int(sig))
 
     def strays(self) -> list[tuple[str, str, int]]:
-        """Live jobs of agents not seen before and of nodes that answer again (see the module doc)."""
+        """Live jobs of agents not seen before and of nodes that answer again (see the module doc), less the
+        ranks of gangs this service watches (:meth:`_is_rank`): those run for it, on nodes other than the
+        one the store names for their job."""
         agents = self.directory.agents()
         out: list[tuple[str, str, int]] = []
         with self._lock:
@@ -576,8 +689,16 @@ class RayExecutor:
             if isinstance(got, list):
                 with self._lock:
                     self._greeted.add((ref.ray_node, ref.pid))
-                out.extend((str(n), str(j), int(p)) for n, j, p, _ in got)
+                out.extend((str(n), str(j), int(p)) for n, j, p, _ in got if not self._is_rank(str(n), str(j), int(p)))
         return out
+
+    def _is_rank(self, node: str, job_id: str, pid: int) -> bool:
+        """Whether that process is a member of a gang this service watches: one it started or found, or any on
+        a node of a gang adopted after a restart whose ranks are not all checked yet (:meth:`_settle_ranks`)."""
+        with self._lock:
+            if node in self._gang_nodes.get(job_id, [])[1:]:
+                return True
+            return any(m.node == node and m.pid == pid for m in self._members.get(job_id, ()))
 
     def fence(self, node: str, job_id: str, pid: int) -> None:
         """SIGKILL a stray job process on ``node``.
@@ -826,19 +947,27 @@ class _NodeJobs:
             raise ExecutorError(f"node {self.node}: {exc}") from None
 
     def adopt(self, pid: int, start_time: int, exit_file: str | os.PathLike[str] | None = None,
-              job_id: str = "", log_path: str | os.PathLike[str] | None = None) -> Launched | None:
+              job_id: str = "", log_path: str | os.PathLike[str] | None = None,
+              devices: Sequence[str] = ()) -> Launched | None:
         """Re-attach after a service restart; a job on a silent node keeps an unconfirmed handle (its poll
-        decides: the node answers again, or it is lost after ``lost_after_s``)."""
+        decides: the node answers again, or it is lost after ``lost_after_s``). A gang's ``devices`` say which
+        nodes must hold its ranks (:meth:`RayExecutor.expect_ranks`)."""
         try:
             h: Launched | None = self._call("adopt", self.node, job_id, pid, start_time)
         except AgentUnavailable:
-            return Launched(job_id, pid, start_time, self.log_dir / f"{job_id}.log", Path(""), self.node)
-        return None if h is None else self.parent.track(h)
+            h = Launched(job_id, pid, start_time, self.log_dir / f"{job_id}.log", Path(""), self.node)
+            self.parent.expect_ranks(job_id, self.node, devices)
+            return h
+        if h is None:
+            return None
+        self.parent.expect_ranks(job_id, self.node, devices)
+        return self.parent.track(h)
 
-    def find(self, job_id: str) -> Launched | None:
+    def find(self, job_id: str, devices: Sequence[str] = ()) -> Launched | None:
         """The job's live process on this node; on a silent node an unconfirmed handle (pid
         :data:`~rlsched.runtime.executor.UNKNOWN_PID`: whether it runs there is not known yet, see the module
-        doc). A node already known to be silent is not called again: each call would wait out the call timeout."""
+        doc). A node already known to be silent is not called again: each call would wait out the call timeout.
+        ``devices`` as for :meth:`adopt` (a launch of this service's own in flight is settled without them)."""
         if self.parent.has_unanswered(job_id):
             with contextlib.suppress(AgentUnavailable):
                 return self.parent.unanswered_launch(self.node, job_id)
@@ -849,7 +978,10 @@ class _NodeJobs:
             h: Launched | None = self._call("find", self.node, job_id)
         except AgentUnavailable:
             return unconfirmed
-        return None if h is None else self.parent.track(h)
+        if h is None:
+            return None
+        self.parent.expect_ranks(job_id, self.node, devices)
+        return self.parent.track(h)
 
     def poll(self, job: Launched) -> int | None:
         return self.parent.poll(job)

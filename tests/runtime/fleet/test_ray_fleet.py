@@ -385,6 +385,54 @@ def test_service_kill9_reattaches_to_the_agents_and_their_jobs(ray_fleet: RayFle
         proc.wait(60)
 
 
+@pytest.mark.parametrize("member", ["runs on", "vanished"])
+def test_service_kill9_keeps_a_running_gang_whole(ray_fleet: RayFleet, tmp_path: Path, member: str) -> None:
+    # A gang survives a kill -9 of the service: its successor adopts the leader and keeps the member on the
+    # other node (never fenced as a stray: that node is the job's too), and the job ends done at attempt 1.
+    # If the member vanished while no service ran (its wrapper killed with it: no exit record), the leader
+    # would wait at its rendezvous until the job's own timeout; the successor fences it and requeues the job,
+    # whose attempt 2 runs as a whole.
+    spec = ray_fleet.spec(tmp_path / "pool.hcl")
+    state = tmp_path / "state"
+    marker = tmp_path / "ranks.txt"
+    code = ("import os, time\n"
+            f"open({str(marker)!r}, 'a').write('%s %s %d\\n' % (os.environ['RLSCHED_ATTEMPT'], "
+            "os.environ['RLSCHED_GANG_RANK'], os.getpid()))\n"
+            "time.sleep(8 if os.environ['RLSCHED_ATTEMPT'] == '1' else 0)\n")
+    proc, url, token = start_serve(ray_fleet, spec, state)
+    job = api(url, token, "POST", "/v1/jobs", {"argv": [PY, "-c", code], "gpus": 8})["id"]
+
+    def ranks() -> list[list[str]]:
+        return [ln.split() for ln in marker.read_text().splitlines()] if marker.exists() else []
+
+    wait_for(lambda: len(ranks()) == 2, what="both ranks of the gang to start")
+    os.killpg(proc.pid, signal.SIGKILL)  # the service and nothing else: the ranks run under their agents
+    proc.wait(30)
+    if member == "vanished":
+        pid = int(next(r for r in ranks() if r[1] == "1")[2])
+        os.killpg(os.getpgid(pid), signal.SIGKILL)  # the rank and its wrapper: no exit record is left
+        wait_for(lambda: not alive(pid), what="rank 1 to vanish")
+    proc, url, token = start_serve(ray_fleet, spec, state, "serve2.log")
+    try:
+        wait_for(lambda: api(url, token, "GET", f"/v1/jobs/{job}")["state"] in ("done", "failed"), timeout=120,
+                 what="the gang to finish")
+        view = api(url, token, "GET", f"/v1/jobs/{job}")
+        assert view["state"] == "done", view
+        audit = api(url, token, "GET", "/v1/audit")
+        fenced = [r for r in audit if r["event"] == "node" and r.get("reason") == "fenced"]
+        if member == "runs on":
+            assert view["attempts"] == 1, view  # adopted whole, never started twice
+            assert not fenced, fenced
+            assert sorted(r[1] for r in ranks()) == ["0", "1"]
+        else:
+            assert view["attempts"] == 2, view
+            assert any("never started" in json.dumps(r) for r in fenced), fenced
+            assert sorted((r[0], r[1]) for r in ranks()) == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
 def test_a_launch_from_a_replaced_service_starts_nothing(ray_fleet: RayFleet, tmp_path: Path) -> None:
     # A service killed with a launch still on its way to an agent; its successor (same state dir) has claimed
     # the agents before recovering, found no process and requeued the job. The late launch must start
@@ -411,6 +459,66 @@ def test_a_launch_from_a_replaced_service_starts_nothing(ray_fleet: RayFleet, tm
         assert second.poll(h) == 0
     finally:
         second.close()
+        first.close()
+
+
+@pytest.mark.parametrize("rank1", ["never started", "ended 0", "ended 3"])
+def test_a_gang_adopted_after_a_restart_is_checked_rank_by_rank(
+        ray_fleet: RayFleet, tmp_path: Path, rank1: str) -> None:
+    # A service started rank 0 of a gang and then died. Rank 1 either never started (its launch was on its
+    # way and the successor's epoch refused it) or ended while no service ran. The successor adopts the leader
+    # with the job's devices. A missing rank must not leave the leader waiting at its rendezvous until the
+    # job's own timeout: the gang is fenced and its poll is EXIT_LOST (the service requeues it). A rank that
+    # ended keeps the gang going: successfully, the leader runs on to its own end; failed, it stops the leader.
+    from rlsched.runtime.executor import EXIT_LOST, ExecutorError
+    from rlsched.runtime.fleet.agent import JobLaunch
+    from rlsched.runtime.fleet.backend import RayBackend
+
+    a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+    logs = tmp_path / "state" / "logs"
+    first_backend = RayBackend(ray_fleet.address)
+    dev_a, dev_b = first_backend.node(a).gpus[0].uuid, first_backend.node(b).gpus[0].uuid
+    first = first_backend.job_executor(logs)
+    marker = tmp_path / "ranks.txt"
+    code = {"never started": "time.sleep(3600)", "ended 0": "time.sleep(4)", "ended 3": "time.sleep(3600)"}[rank1]
+    member = {"ended 0": "sys.exit(0)", "ended 3": "sys.exit(3)"}.get(rank1, "time.sleep(3600)")
+    script = (f"import os, sys, time\nopen({str(marker)!r}, 'a').write(os.environ['RLSCHED_GANG_RANK'] + ' ' + "
+              f"str(os.getpid()) + '\\n')\nif os.environ['RLSCHED_GANG_RANK'] == '1':\n    {member}\n{code}\n")
+    env = {"RLSCHED_GANG_SIZE": "2", "RLSCHED_GANG_HOSTS": f"{a},{b}", "RLSCHED_GANG_LEADER": a}
+
+    def rank(r: int, host: str, dev: str, ex: Any) -> Any:
+        run = JobLaunch((PY, "-c", script), (dev,), {**env, "RLSCHED_GANG_RANK": str(r)}, None)
+        return ex.launched(host, "j-gang", ex.send_launch(ex.agent(host), host, "j-gang", run), 30.0)
+
+    second = None
+    try:
+        leader = rank(0, a, dev_a, first)
+        wait_for(lambda: marker.exists() and marker.read_text().startswith("0 "), timeout=30, what="rank 0 to start")
+        if rank1 != "never started":
+            m = rank(1, b, dev_b, first)
+            wait_for(lambda: first._agent_poll(m) is not None, timeout=30, what="rank 1 to end")
+        second = RayBackend(ray_fleet.address).job_executor(logs)  # the successor claims every agent
+        if rank1 == "never started":
+            with pytest.raises(ExecutorError, match="refused"):
+                rank(1, b, dev_b, first)  # the launch that was on its way arrives after the claim
+        h = second.on(a).adopt(leader.pid, leader.start_time, None, "j-gang", devices=[dev_a, dev_b])
+        assert h is not None and h.pid == leader.pid
+        rc = wait_for(lambda: (lambda x: None if x is None else [x])(second.poll(h)), timeout=60,
+                      what="the adopted gang to settle")[0]
+        if rank1 == "never started":
+            assert rc == EXIT_LOST
+            wait_for(lambda: not alive(leader.pid), timeout=30, what="the leader to be fenced")
+            notes = second.notices()
+            assert any(n["reason"] == "fenced" and n["node"] == a and "never started" in n["why"] for n in notes), notes
+        elif rank1 == "ended 0":
+            assert rc == 0  # the leader ran on to its own end
+        else:
+            assert rc == -signal.SIGTERM  # stopped by its failed member, as under a running service
+        assert sorted(ln.split()[0] for ln in marker.read_text().splitlines()) == \
+            (["0"] if rank1 == "never started" else ["0", "1"])
+    finally:
+        if second is not None:
+            second.close()
         first.close()
 
 
