@@ -351,6 +351,10 @@ class LocalExecutor:
         files = self.exit_files(job_id)
         return read_exit_file(files[-1]) if files else None
 
+    def lost_node(self, job_id: str) -> str | None:
+        """None: one machine loses no node of its own."""
+        return None
+
     def consume_exits(self, job_id: str, known: Path | None = None) -> None:
         """Mark a settled job's exit files seen: ``known`` (its process's) if given, else every one found."""
         for p in ([known] if known is not None else self.exit_files(job_id)):

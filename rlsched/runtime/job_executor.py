@@ -75,6 +75,11 @@ class JobExecutor(Protocol):
         """Mark a settled job's exit records seen."""
         ...
 
+    def lost_node(self, job_id: str) -> str | None:
+        """After a poll of ``job_id`` returned ``EXIT_NODE_LOST``: the node whose loss it was when that is not
+        the node the job's allocation names (a multi-node job's other rank), once; else None."""
+        ...
+
     def strays(self) -> list[tuple[str, str, int]]:
         """``(node, job id, pid)`` of job processes on nodes that (re)appeared since the last call: the service
         keeps those it still holds there and fences the rest (:meth:`fence`)."""

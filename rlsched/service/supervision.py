@@ -161,6 +161,8 @@ class Supervisor:
             # Its node stopped answering: a preemptible job resumes elsewhere from its last checkpoint, any
             # other is recorded as lost (running it again could repeat side effects). Either way exactly
             # once: this transition is the only one, and the process is fenced if the node comes back.
+            # A gang is lost with any of its nodes, which the executor names when it is not the leader's.
+            node = self._on(rec).lost_node(rec.id) or node
             why = f"node {node} lost (stopped answering)"
             if rec.preemptible or rec.cancel_requested:
                 cur = self.store.requeue(rec.id, why)

@@ -21,6 +21,9 @@ the agent of the handle's node. What it adds over the local executor:
 * **Node loss.** A node whose agent does not answer (Ray node dead or partitioned) keeps its jobs as
   running for ``lost_after_s``; after that their polls return
   :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` and the service requeues or records them (exactly once).
+  A gang is lost with the node of any rank: its other ranks are fenced, the lost one once its agent answers,
+  and :meth:`RayExecutor.lost_node` names the node for the service's record. A member's node that answers
+  again within ``lost_after_s`` keeps its rank, which :meth:`RayExecutor.strays` never offers for fencing.
 * **Fencing.** A node that answers again, or a new agent (after its node or the service restarted), has
   its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there. A
   fence its agent does not answer is tried again by the log pump every :data:`REFENCE_S` until it does
@@ -161,6 +164,10 @@ class RayExecutor:
         self._gang_nodes: dict[str, list[str]] = {}
         #: job id -> why a gang adopted after a restart cannot complete (a rank that never started)
         self._incomplete: dict[str, str] = {}
+        #: job id -> the node of a gang member that stayed silent for ``lost_after_s`` (the gang is lost with it)
+        self._member_lost: dict[str, str] = {}
+        #: job id -> that node, once the gang was settled as lost with it (:meth:`lost_node`)
+        self._lost_nodes: dict[str, str] = {}
         #: how long a launch waits for its agent's answer before its job counts as unconfirmed (module doc)
         self.launch_wait_s = self.directory.call_timeout_s
         #: job id -> its launch, sent to an agent that has not answered it yet
@@ -430,6 +437,9 @@ class RayExecutor:
                 continue
             if node not in snap:
                 pending = True  # silent: whether its rank runs is not known yet
+                if self._silent(node) is not None:  # and lost: the gang is lost with it
+                    with self._lock:
+                        self._member_lost.setdefault(leader.job_id, node)
                 continue
             late = self._found_members(leader, {node: snap[node]}, set())
             if late:
@@ -474,24 +484,55 @@ class RayExecutor:
         successfully without the missing rank, whose exit then stands."""
         LOG.warning("gang %s adopted after a restart: %s; its running ranks are fenced and the job requeued",
                     leader.job_id, why)
-        running = ([leader] if rc is None else []) + still
-        for h in running:
+        self._fence_ranks(([leader] if rc is None else []) + still, f"gang incomplete after a restart: {why}")
+        self._forget_gang(leader.job_id)
+        return 0 if rc == 0 else EXIT_LOST
+
+    def _end_member_lost(self, leader: Launched, rc: int | None, still: list[Launched], node: str) -> int:
+        """A gang member's node stayed silent for ``lost_after_s``: the gang cannot go on without that rank, so
+        it is settled like a job whose own node is lost (EXIT_NODE_LOST; :meth:`lost_node` names the node) and
+        its ranks on nodes that answer are fenced; the lost rank is fenced by the log pump once its agent
+        answers (:meth:`_fence_later`: audited ``fenced``). A leader that already ended successfully keeps its
+        exit."""
+        LOG.warning("gang %s: node %s of its rank stopped answering %g s ago; the gang is lost with it",
+                    leader.job_id, node, self.lost_after_s)
+        why = f"a rank of gang {leader.job_id}, lost with node {node}"
+        self._fence_ranks(([leader] if rc is None else []) + [m for m in still if m.node != node], why)
+        for m in still:
+            if m.node == node:  # the pump fences it once its agent answers (no poll would notice its return)
+                self._fence_later(m.node, m.job_id, m.pid, why, after_s=0.0)
+                self._untrack(m)
+        self._forget_gang(leader.job_id)
+        if rc != 0:
+            with self._lock:
+                self._lost_nodes[leader.job_id] = node
+        return 0 if rc == 0 else EXIT_NODE_LOST
+
+    def _fence_ranks(self, ranks: list[Launched], why: str) -> None:
+        """Fence a settled gang's ranks (each kill noticed as ``fenced``; one whose agent does not answer is
+        tried again by the pump, which notices it then) and stop copying their logs."""
+        for h in ranks:
             try:
                 self.fence(h.node, h.job_id, h.pid)
             except AgentUnavailable:
-                continue  # tried again by the pump, which notices the kill then
-            with self._lock:
-                self._notices.append({"reason": "fenced", "job": h.job_id, "node": h.node, "pid": h.pid,
-                                      "why": f"gang incomplete after a restart: {why}"})
-        for h in running:
+                pass
+            else:
+                with self._lock:
+                    self._notices.append({"reason": "fenced", "job": h.job_id, "node": h.node, "pid": h.pid,
+                                          "why": why})
             self._untrack(h)
+
+    def _forget_gang(self, job_id: str) -> None:
+        """Drop what this executor kept of a settled gang."""
         with self._lock:
-            self._incomplete.pop(leader.job_id, None)
-            self._gang_nodes.pop(leader.job_id, None)
-            self._members.pop(leader.job_id, None)
-            self._leader_rc.pop(leader.job_id, None)
-            self._gang_failed.pop(leader.job_id, None)
-        return 0 if rc == 0 else EXIT_LOST
+            for table in (self._incomplete, self._member_lost, self._gang_nodes, self._members, self._leader_rc,
+                          self._gang_failed):
+                table.pop(job_id, None)
+
+    def lost_node(self, job_id: str) -> str | None:
+        """The node whose loss settled ``job_id`` when it is not its leader's (a gang member's), once."""
+        with self._lock:
+            return self._lost_nodes.pop(job_id, None)
 
     def _watch_members(self, leader: Launched, leader_running: bool,
                        snap: Snapshot) -> list[Launched]:
@@ -500,8 +541,15 @@ class RayExecutor:
         members = self._members_of(leader, snap, leader_running)
         still: list[Launched] = []
         for m in members:
-            if m.node not in snap or (m.pid, m.start_time) in snap[m.node].get(m.job_id, ()):
-                still.append(m)  # running, or on a silent node (counted as running until it is lost)
+            if m.node not in snap:
+                still.append(m)  # on a silent node: counted as running until the node is lost, which loses the gang
+                if self._silent(m.node) is not None:
+                    with self._lock:
+                        self._member_lost.setdefault(leader.job_id, m.node)
+                continue
+            self._answered(m.node)
+            if (m.pid, m.start_time) in snap[m.node].get(m.job_id, ()):
+                still.append(m)
                 continue
             rc = self._exit_of(m)
             self._finish_log(m)
@@ -593,16 +641,16 @@ class RayExecutor:
             ended = self._leader_rc.get(job.job_id)
         rc = ended[0] if ended is not None else self._poll_leader(job, snap)
         if rc == EXIT_NODE_LOST:  # the leader's node is lost: the job is settled; members are fenced as strays
-            with self._lock:
-                self._members.pop(job.job_id, None)
-                self._gang_nodes.pop(job.job_id, None)
-                self._incomplete.pop(job.job_id, None)
+            self._forget_gang(job.job_id)
             return rc
         still = self._watch_members(job, rc is None, snap)
         with self._lock:
             missing = self._incomplete.get(job.job_id)
+            lost = self._member_lost.get(job.job_id)
         if missing is not None:
             return self._end_incomplete(job, rc, still, missing)
+        if lost is not None:
+            return self._end_member_lost(job, rc, still, lost)
         if rc is None:
             return None
         if not still and ended is None and job.job_id not in self._gang_failed:
@@ -1003,6 +1051,9 @@ class _NodeJobs:
 
     def consume_exits(self, job_id: str, known: Path | None = None) -> None:
         self._call("consume_exits", self.node, job_id, None if known is None else str(known))
+
+    def lost_node(self, job_id: str) -> str | None:
+        return self.parent.lost_node(job_id)
 
     def strays(self) -> list[tuple[str, str, int]]:
         return self.parent.strays()

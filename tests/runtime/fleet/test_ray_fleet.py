@@ -801,6 +801,94 @@ def test_a_gang_rank_that_never_answers_fails_the_gang_and_is_fenced_if_it_start
         ex.close()
 
 
+@pytest.mark.parametrize("silence", ["short", "lost"])
+def test_a_gang_member_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Path, silence: str) -> None:
+    # A member's node that answers again within lost_after_s keeps its rank: the gang ends done, and the rank
+    # is not offered as a stray (the store names only the leader's node). One that stays silent longer loses
+    # the gang, as a leader's node does: EXIT_NODE_LOST naming that node, the leader fenced at once, and the
+    # member fenced once its node answers (before, the gang waited for that rank for ever).
+    from rlsched.runtime.executor import EXIT_NODE_LOST
+    from rlsched.runtime.fleet.backend import RayBackend
+
+    a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+    backend = RayBackend(ray_fleet.address, call_timeout_s=1.0)
+    backend.inventory()
+    dev_a, dev_b = backend.node(a).gpus[0].uuid, backend.node(b).gpus[0].uuid
+    ex = backend.job_executor(tmp_path / "logs")
+    ex.lost_after_s = 60.0 if silence == "short" else 2.0
+    agent_b = backend.directory.agent_for(b)
+    assert agent_b is not None and agent_b.pid
+    marker = tmp_path / "ranks.txt"
+    sleep = 15 if silence == "short" else 3600
+    argv = ["/bin/sh", "-c", f'echo "$RLSCHED_GANG_RANK $$" >> "$0"; exec {PY} -c "import time; time.sleep({sleep})"',
+            str(marker)]
+    try:
+        h = ex.on(a).launch("j-gang", argv, [dev_a, dev_b])
+        assert not h.unconfirmed
+        ranks = wait_for(lambda: (lambda lines: lines if len(lines) == 2 else None)(
+            marker.read_text().splitlines() if marker.exists() else []), timeout=60, what="both ranks to start")
+        pids = {ln.split()[0]: int(ln.split()[1]) for ln in ranks}
+        assert ex.poll(h) is None
+        ex.strays()  # every agent greeted: from now on only nodes that answer again are listed
+        os.kill(agent_b.pid, signal.SIGSTOP)
+        try:
+            if silence == "short":
+                for _ in range(3):
+                    assert ex.poll(h) is None  # b is silent, not lost
+            else:
+                rc = wait_for(lambda: (lambda x: None if x is None else [x])(ex.poll(h)), timeout=60,
+                              what="the gang to be lost with its member's node")[0]
+                assert rc == EXIT_NODE_LOST and ex.on(a).lost_node("j-gang") == b
+                wait_for(lambda: not alive(pids["0"]), timeout=30, what="the leader to be fenced")
+                assert alive(pids["1"])  # its agent is silent: fenced when it answers
+        finally:
+            os.kill(agent_b.pid, signal.SIGCONT)
+        if silence == "short":
+            assert ex.poll(h) is None  # b answers again: it is a returned node, whose jobs strays() lists
+            assert alive(pids["1"]) and not [s for s in ex.strays() if s[1] == "j-gang"]
+            rc = wait_for(lambda: (lambda x: None if x is None else [x])(ex.poll(h)), timeout=60,
+                          what="the gang to end")[0]
+            assert rc == 0
+        else:
+            notices: list[dict[str, Any]] = []
+            wait_for(lambda: notices.extend(ex.notices()) or any(
+                n["reason"] == "fenced" and n["node"] == b and n["job"] == "j-gang" for n in notices),
+                timeout=60, what="the member to be fenced once b answers")
+            wait_for(lambda: not alive(pids["1"]), timeout=30, what="the member to end")
+    finally:
+        ex.close()
+
+
+def test_the_service_settles_a_gang_lost_with_its_member_node_once_naming_that_node(
+        ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLSCHED_NODE_LOST_AFTER_S", "2")
+    marker = tmp_path / "ranks.txt"
+    argv = ["/bin/sh", "-c", f'echo "$RLSCHED_GANG_RANK $$" >> "$0"; exec {PY} -c "import time; time.sleep(3600)"',
+            str(marker)]
+    with service(ray_fleet, tmp_path) as svc:
+        job = svc.submit(JobRequest(argv, gpus=8))
+        ranks = wait_for(lambda: (lambda lines: lines if len(lines) == 2 else None)(
+            marker.read_text().splitlines() if marker.exists() else []), timeout=60, what="both ranks to start")
+        pids = {ln.split()[0]: int(ln.split()[1]) for ln in ranks}
+        rec = svc.store.get(job.id)
+        assert rec.allocation is not None
+        member = next(h for h in ray_fleet.hosts.values() if h != rec.allocation.node and h != ray_fleet.hosts["c"])
+        agent = svc.backend.directory.agent_for(member)  # type: ignore[attr-defined]
+        assert agent is not None and agent.pid
+        os.kill(agent.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: finished(svc, job.id), timeout=120, what="the gang to be settled as lost")
+            rec = svc.store.get(job.id)
+            assert rec.state is JobState.FAILED and rec.reason == f"lost: node {member} lost (stopped answering)"
+            assert rec.attempts == 1
+            lost = [r for r in svc.store.audit() if r.event is AuditEvent.NODE and r.reason == "node-lost"]
+            assert [(r.job, r.extra.get("node")) for r in lost] == [(job.id, member)]
+            wait_for(lambda: not alive(pids["0"]), timeout=30, what="the leader to be fenced")
+        finally:
+            os.kill(agent.pid, signal.SIGCONT)
+        wait_for(lambda: not alive(pids["1"]), timeout=60, what="the member to be fenced once its node answers")
+
+
 def test_a_fence_its_agent_does_not_answer_is_tried_again(
         ray_fleet: RayFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Strays are listed once per agent: a fence lost to a timeout would leave the process running for good.
