@@ -21,9 +21,11 @@ the agent of the handle's node. What it adds over the local executor:
 * **Node loss.** A node whose agent does not answer (Ray node dead or partitioned) keeps its jobs as
   running for ``lost_after_s``; after that their polls return
   :data:`~rlsched.runtime.executor.EXIT_NODE_LOST` and the service requeues or records them (exactly once).
-  A gang is lost with the node of any rank: its other ranks are fenced, the lost one once its agent answers,
-  and :meth:`RayExecutor.lost_node` names the node for the service's record. A member's node that answers
-  again within ``lost_after_s`` keeps its rank, which :meth:`RayExecutor.strays` never offers for fencing.
+  The processes of a job lost with its node are fenced by the log pump as soon as that node's agent answers
+  (no poll notices the return of a node whose jobs are all settled). A gang is lost with the node of any
+  rank: its ranks on nodes that answer are fenced at once, and :meth:`RayExecutor.lost_node` names a
+  member's node for the service's record. A member's node that answers again within ``lost_after_s`` keeps
+  its rank, which :meth:`RayExecutor.strays` never offers for fencing.
 * **Fencing.** A node that answers again, or a new agent (after its node or the service restarted), has
   its live jobs listed by :meth:`RayExecutor.strays`; the service fences those it no longer runs there. A
   fence its agent does not answer is tried again by the log pump every :data:`REFENCE_S` until it does
@@ -490,23 +492,27 @@ class RayExecutor:
 
     def _end_member_lost(self, leader: Launched, rc: int | None, still: list[Launched], node: str) -> int:
         """A gang member's node stayed silent for ``lost_after_s``: the gang cannot go on without that rank, so
-        it is settled like a job whose own node is lost (EXIT_NODE_LOST; :meth:`lost_node` names the node) and
-        its ranks on nodes that answer are fenced; the lost rank is fenced by the log pump once its agent
-        answers (:meth:`_fence_later`: audited ``fenced``). A leader that already ended successfully keeps its
-        exit."""
+        it is settled like a job whose own node is lost (EXIT_NODE_LOST; :meth:`lost_node` names the node),
+        its ranks fenced (:meth:`_lost_with`). A leader that already ended successfully keeps its exit."""
         LOG.warning("gang %s: node %s of its rank stopped answering %g s ago; the gang is lost with it",
                     leader.job_id, node, self.lost_after_s)
-        why = f"a rank of gang {leader.job_id}, lost with node {node}"
-        self._fence_ranks(([leader] if rc is None else []) + [m for m in still if m.node != node], why)
-        for m in still:
-            if m.node == node:  # the pump fences it once its agent answers (no poll would notice its return)
-                self._fence_later(m.node, m.job_id, m.pid, why, after_s=0.0)
-                self._untrack(m)
-        self._forget_gang(leader.job_id)
+        self._lost_with(leader.job_id, node, ([leader] if rc is None else []) + still)
         if rc != 0:
             with self._lock:
                 self._lost_nodes[leader.job_id] = node
         return 0 if rc == 0 else EXIT_NODE_LOST
+
+    def _lost_with(self, job_id: str, node: str, ranks: list[Launched]) -> None:
+        """Fence the processes of a job settled as lost with ``node``: those on other nodes now (a gang's ranks
+        that answer), those on ``node`` by the log pump as soon as its agent answers (:meth:`_fence_later`;
+        no poll would notice that node's return once the job is settled). Each kill is noticed as ``fenced``."""
+        why = f"job {job_id}, lost with node {node}"
+        self._fence_ranks([h for h in ranks if h.node != node], why)
+        for h in ranks:
+            if h.node == node and not h.unconfirmed:
+                self._fence_later(h.node, h.job_id, h.pid, why, after_s=0.0)
+                self._untrack(h)
+        self._forget_gang(job_id)
 
     def _fence_ranks(self, ranks: list[Launched], why: str) -> None:
         """Fence a settled gang's ranks (each kill noticed as ``fenced``; one whose agent does not answer is
@@ -640,8 +646,10 @@ class RayExecutor:
         with self._lock:
             ended = self._leader_rc.get(job.job_id)
         rc = ended[0] if ended is not None else self._poll_leader(job, snap)
-        if rc == EXIT_NODE_LOST:  # the leader's node is lost: the job is settled; members are fenced as strays
-            self._forget_gang(job.job_id)
+        if rc == EXIT_NODE_LOST:  # the leader's node is lost: the job is settled, and its processes fenced
+            with self._lock:
+                members = list(self._members.get(job.job_id, ()))
+            self._lost_with(job.job_id, job.node, [job, *members])
             return rc
         still = self._watch_members(job, rc is None, snap)
         with self._lock:

@@ -390,15 +390,15 @@ def test_service_kill9_keeps_a_running_gang_whole(ray_fleet: RayFleet, tmp_path:
     # A gang survives a kill -9 of the service: its successor adopts the leader and keeps the member on the
     # other node (never fenced as a stray: that node is the job's too), and the job ends done at attempt 1.
     # If the member vanished while no service ran (its wrapper killed with it: no exit record), the leader
-    # would wait at its rendezvous until the job's own timeout; the successor fences it and requeues the job,
-    # whose attempt 2 runs as a whole.
+    # would wait at its rendezvous until the job's own timeout (here: sleeps for an hour); the successor fences
+    # it and requeues the job, whose attempt 2 runs as a whole.
     spec = ray_fleet.spec(tmp_path / "pool.hcl")
     state = tmp_path / "state"
     marker = tmp_path / "ranks.txt"
     code = ("import os, time\n"
             f"open({str(marker)!r}, 'a').write('%s %s %d\\n' % (os.environ['RLSCHED_ATTEMPT'], "
             "os.environ['RLSCHED_GANG_RANK'], os.getpid()))\n"
-            "time.sleep(8 if os.environ['RLSCHED_ATTEMPT'] == '1' else 0)\n")
+            f"time.sleep({8 if member == 'runs on' else 3600} if os.environ['RLSCHED_ATTEMPT'] == '1' else 0)\n")
     proc, url, token = start_serve(ray_fleet, spec, state)
     job = api(url, token, "POST", "/v1/jobs", {"argv": [PY, "-c", code], "gpus": 8})["id"]
 
@@ -480,7 +480,9 @@ def test_a_gang_adopted_after_a_restart_is_checked_rank_by_rank(
     dev_a, dev_b = first_backend.node(a).gpus[0].uuid, first_backend.node(b).gpus[0].uuid
     first = first_backend.job_executor(logs)
     marker = tmp_path / "ranks.txt"
-    code = {"never started": "time.sleep(3600)", "ended 0": "time.sleep(4)", "ended 3": "time.sleep(3600)"}[rank1]
+    go = tmp_path / "go"  # the leader of "ended 0" ends once the test says so (never before its adoption)
+    code = {"never started": "time.sleep(3600)", "ended 3": "time.sleep(3600)",
+            "ended 0": f"while not os.path.exists({str(go)!r}): time.sleep(0.1)"}[rank1]
     member = {"ended 0": "sys.exit(0)", "ended 3": "sys.exit(3)"}.get(rank1, "time.sleep(3600)")
     script = (f"import os, sys, time\nopen({str(marker)!r}, 'a').write(os.environ['RLSCHED_GANG_RANK'] + ' ' + "
               f"str(os.getpid()) + '\\n')\nif os.environ['RLSCHED_GANG_RANK'] == '1':\n    {member}\n{code}\n")
@@ -503,6 +505,7 @@ def test_a_gang_adopted_after_a_restart_is_checked_rank_by_rank(
                 rank(1, b, dev_b, first)  # the launch that was on its way arrives after the claim
         h = second.on(a).adopt(leader.pid, leader.start_time, None, "j-gang", devices=[dev_a, dev_b])
         assert h is not None and h.pid == leader.pid
+        go.touch()
         rc = wait_for(lambda: (lambda x: None if x is None else [x])(second.poll(h)), timeout=60,
                       what="the adopted gang to settle")[0]
         if rank1 == "never started":
@@ -801,27 +804,29 @@ def test_a_gang_rank_that_never_answers_fails_the_gang_and_is_fenced_if_it_start
         ex.close()
 
 
-@pytest.mark.parametrize("silence", ["short", "lost"])
-def test_a_gang_member_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Path, silence: str) -> None:
+@pytest.mark.parametrize("silence", ["member briefly", "member lost", "leader lost"])
+def test_a_gang_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Path, silence: str) -> None:
     # A member's node that answers again within lost_after_s keeps its rank: the gang ends done, and the rank
-    # is not offered as a stray (the store names only the leader's node). One that stays silent longer loses
-    # the gang, as a leader's node does: EXIT_NODE_LOST naming that node, the leader fenced at once, and the
-    # member fenced once its node answers (before, the gang waited for that rank for ever).
+    # is not offered as a stray (the store names only the leader's node). A node silent for longer, the
+    # member's or the leader's, loses the gang: EXIT_NODE_LOST (naming a member's node), the ranks that answer
+    # fenced at once, the silent one as soon as its node answers. Before, a lost member's gang waited for that
+    # rank for ever, and a lost leader's members ran on, unfenced, on GPUs the service had freed.
     from rlsched.runtime.executor import EXIT_NODE_LOST
     from rlsched.runtime.fleet.backend import RayBackend
 
     a, b = ray_fleet.hosts["a"], ray_fleet.hosts["b"]
+    silent, other, rank = (a, b, "0") if silence == "leader lost" else (b, a, "1")
     backend = RayBackend(ray_fleet.address, call_timeout_s=1.0)
     backend.inventory()
     dev_a, dev_b = backend.node(a).gpus[0].uuid, backend.node(b).gpus[0].uuid
     ex = backend.job_executor(tmp_path / "logs")
-    ex.lost_after_s = 60.0 if silence == "short" else 2.0
-    agent_b = backend.directory.agent_for(b)
-    assert agent_b is not None and agent_b.pid
+    ex.lost_after_s = 60.0 if silence == "member briefly" else 2.0
+    agent = backend.directory.agent_for(silent)
+    assert agent is not None and agent.pid
     marker = tmp_path / "ranks.txt"
-    sleep = 15 if silence == "short" else 3600
-    argv = ["/bin/sh", "-c", f'echo "$RLSCHED_GANG_RANK $$" >> "$0"; exec {PY} -c "import time; time.sleep({sleep})"',
-            str(marker)]
+    go = tmp_path / "go"  # the ranks end once the test says so (a gang lost first is fenced long before)
+    argv = ["/bin/sh", "-c", f'echo "$RLSCHED_GANG_RANK $$" >> "$0"; exec {PY} -c "import os, time\n'
+            f'while not os.path.exists({str(go)!r}): time.sleep(0.1)"', str(marker)]
     try:
         h = ex.on(a).launch("j-gang", argv, [dev_a, dev_b])
         assert not h.unconfirmed
@@ -830,31 +835,34 @@ def test_a_gang_member_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Pa
         pids = {ln.split()[0]: int(ln.split()[1]) for ln in ranks}
         assert ex.poll(h) is None
         ex.strays()  # every agent greeted: from now on only nodes that answer again are listed
-        os.kill(agent_b.pid, signal.SIGSTOP)
+        os.kill(agent.pid, signal.SIGSTOP)
         try:
-            if silence == "short":
+            if silence == "member briefly":
                 for _ in range(3):
                     assert ex.poll(h) is None  # b is silent, not lost
             else:
                 rc = wait_for(lambda: (lambda x: None if x is None else [x])(ex.poll(h)), timeout=60,
-                              what="the gang to be lost with its member's node")[0]
-                assert rc == EXIT_NODE_LOST and ex.on(a).lost_node("j-gang") == b
-                wait_for(lambda: not alive(pids["0"]), timeout=30, what="the leader to be fenced")
-                assert alive(pids["1"])  # its agent is silent: fenced when it answers
+                              what="the gang to be lost with the silent node")[0]
+                assert rc == EXIT_NODE_LOST
+                assert ex.on(a).lost_node("j-gang") == (None if silence == "leader lost" else b)
+                answering = {"0": "1", "1": "0"}[rank]
+                wait_for(lambda: not alive(pids[answering]), timeout=30, what="the answering rank to be fenced")
+                assert alive(pids[rank])  # its agent is silent: fenced when it answers
         finally:
-            os.kill(agent_b.pid, signal.SIGCONT)
-        if silence == "short":
+            os.kill(agent.pid, signal.SIGCONT)
+        if silence == "member briefly":
             assert ex.poll(h) is None  # b answers again: it is a returned node, whose jobs strays() lists
             assert alive(pids["1"]) and not [s for s in ex.strays() if s[1] == "j-gang"]
+            go.touch()
             rc = wait_for(lambda: (lambda x: None if x is None else [x])(ex.poll(h)), timeout=60,
                           what="the gang to end")[0]
             assert rc == 0
         else:
             notices: list[dict[str, Any]] = []
-            wait_for(lambda: notices.extend(ex.notices()) or any(
-                n["reason"] == "fenced" and n["node"] == b and n["job"] == "j-gang" for n in notices),
-                timeout=60, what="the member to be fenced once b answers")
-            wait_for(lambda: not alive(pids["1"]), timeout=30, what="the member to end")
+            wait_for(lambda: notices.extend(ex.notices()) or {n["node"] for n in notices
+                                                               if n["reason"] == "fenced" and n["job"] == "j-gang"}
+                     == {silent, other}, timeout=60, what="both ranks' fences noticed, the silent one once it answers")
+            wait_for(lambda: not alive(pids[rank]), timeout=30, what="the silent rank to end")
     finally:
         ex.close()
 
