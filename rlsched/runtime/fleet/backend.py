@@ -6,7 +6,8 @@ that manages the node it names (:mod:`~rlsched.runtime.fleet.agent`). An invento
 once; a node whose agent does not answer within the call timeout, or whose Ray node left the cluster, is
 reported ``reachable=False`` (``?`` in a plan, never planned away, no new work) for as long as this
 process remembers it. A node whose agent cannot open its GPUs (no NVML there) is unknown too, and the
-reason is in :meth:`RayBackend.problems`.
+reason is in :meth:`RayBackend.problems`. So is a node that answers again while the service's executor
+still has a process there to fence (a job settled as lost with that node): nothing new starts beside it.
 
 The service gets its job executor from :meth:`RayBackend.job_executor`, which also takes the cluster's
 service lease (:mod:`~rlsched.runtime.fleet.lease`): one service drives a cluster's agents at a time.
@@ -15,7 +16,7 @@ service lease (:mod:`~rlsched.runtime.fleet.lease`): one service drives a cluste
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,16 @@ class RayBackend:
         self._lock = threading.Lock()
         #: every node name an agent ever reported, with its last inventory (unreachable ones stay listed)
         self._known: dict[str, NodeInfo] = {}
+        #: the nodes whose agents answered the last inventory
+        self._answered: set[str] = set()
+        #: the service executor's nodes with a stray still to fence (:meth:`job_executor`): reported unknown
+        self._fencing: Callable[[], set[str]] = set
 
     # ------------------------------------------------------------------ inventory
     def inventory(self) -> list[NodeInfo]:
-        """Every node of every agent, asked at once; nodes that stopped answering as ``reachable=False``."""
+        """Every node of every agent, asked at once; nodes that stopped answering as ``reachable=False``, and so
+        is a node that answers again while the service's executor still has a stray of a lost job to fence
+        there: no new work may start beside a process nobody runs any more (the fence follows at once)."""
         agents = self.directory.refresh()
         answers = self.directory.fan_out(agents, "inventory")
         seen: dict[str, NodeInfo] = {}
@@ -55,14 +62,17 @@ class RayBackend:
                     seen[n.hostname] = n
             elif isinstance(got, Exception) and not isinstance(got, AgentUnavailable):
                 self.directory.problems[ref.ray_node] = f"Ray node {ref.machine} ({ref.ray_node[:8]}): {got}"
+        fencing = self._fencing()  # outside this lock: the executor's pump takes its own lock, then this one
         with self._lock:
             for ref in agents:  # hosts of an agent that failed stay known, as unreachable
                 for host in ref.hosts:
                     if host not in seen and host not in self._known:
                         self._known[host] = NodeInfo(hostname=host, reachable=False)
             self._known.update(seen)
-            return [n if n.hostname in seen else NodeInfo(hostname=n.hostname, reachable=False,
-                                                          cordoned=n.cordoned, labels=n.labels)
+            self._answered = set(seen)
+            usable = set(seen) - fencing
+            return [n if n.hostname in usable else NodeInfo(hostname=n.hostname, reachable=False,
+                                                            cordoned=n.cordoned, labels=n.labels)
                     for n in sorted(self._known.values(), key=lambda n: n.hostname)]
 
     def device_nodes(self) -> dict[str, str]:
@@ -129,4 +139,11 @@ class RayBackend:
         """
         from rlsched.runtime.fleet.executor import RayExecutor
 
-        return RayExecutor(self, log_dir)
+        ex = RayExecutor(self, log_dir)
+        self._fencing = ex.fencing_nodes
+        return ex
+
+    def answered(self, hostname: str) -> bool:
+        """Whether ``hostname``'s agent answered the last inventory (no call: what that read found)."""
+        with self._lock:
+            return hostname in self._answered

@@ -783,6 +783,11 @@ class RayExecutor:
                 self._notices.append({"reason": "fenced", "job": job_id, "node": node, "pid": pid,
                                       "why": "superseded by a new attempt"})
 
+    def fencing_nodes(self) -> set[str]:
+        """The nodes where a process still waits for its fence (:meth:`_fence_later`)."""
+        with self._lock:
+            return {node for node, _, _ in self._unfenced}
+
     def notices(self) -> list[dict[str, Any]]:
         """What the service should audit since the last call: each a dict with ``reason`` (``fenced``,
         ``second-service-refused``, ``lease-error``), maybe ``job``, and details."""
@@ -836,7 +841,10 @@ class RayExecutor:
         now = time.monotonic()
         with self._lock:
             self._abandoned.extend(keep)
-            due = [(k, why) for k, (t, why) in self._unfenced.items() if t <= now]
+            waiting = list(self._unfenced.items())
+        # due: its retry time came, or its node answered the last inventory (which reports the node unknown
+        # until this fence is done: fenced now, not REFENCE_S later); asked outside this executor's lock
+        due = [(k, why) for k, (t, why) in waiting if t <= now or self.backend.answered(k[0])]
         for (node, job_id, pid), why in due:
             try:
                 self.directory.call(self.agent(node), "fence", node, job_id, pid)

@@ -810,7 +810,8 @@ def test_a_gang_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Path, sil
     # is not offered as a stray (the store names only the leader's node). A node silent for longer, the
     # member's or the leader's, loses the gang: EXIT_NODE_LOST (naming a member's node), the ranks that answer
     # fenced at once, the silent one as soon as its node answers. Before, a lost member's gang waited for that
-    # rank for ever, and a lost leader's members ran on, unfenced, on GPUs the service had freed.
+    # rank for ever, and a lost leader's members ran on, unfenced, on GPUs the service had freed. A node
+    # that answers again is reported unknown until its stray rank is fenced, so no new work starts beside it.
     from rlsched.runtime.executor import EXIT_NODE_LOST
     from rlsched.runtime.fleet.backend import RayBackend
 
@@ -858,6 +859,12 @@ def test_a_gang_whose_node_falls_silent(ray_fleet: RayFleet, tmp_path: Path, sil
                           what="the gang to end")[0]
             assert rc == 0
         else:
+            # the node answers again, but is reported unknown (no new work) until its stray rank is fenced
+            first = backend.inventory()
+            assert not any(n.hostname == silent and n.reachable for n in first) or not alive(pids[rank])
+            wait_for(lambda: any(n.hostname == silent and n.reachable for n in backend.inventory()), timeout=60,
+                     what="the silent node to be reachable again")
+            wait_for(lambda: not alive(pids[rank]), timeout=2, what="the stray gone before its node is reachable")
             notices: list[dict[str, Any]] = []
             wait_for(lambda: notices.extend(ex.notices()) or {n["node"] for n in notices
                                                                if n["reason"] == "fenced" and n["job"] == "j-gang"}
