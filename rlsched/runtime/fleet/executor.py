@@ -439,9 +439,7 @@ class RayExecutor:
                 continue
             if node not in snap:
                 pending = True  # silent: whether its rank runs is not known yet
-                if self._silent(node) is not None:  # and lost: the gang is lost with it
-                    with self._lock:
-                        self._member_lost.setdefault(leader.job_id, node)
+                self._member_silent(leader.job_id, node)
                 continue
             late = self._found_members(leader, {node: snap[node]}, set())
             if late:
@@ -466,15 +464,28 @@ class RayExecutor:
                 self._gang_nodes.pop(leader.job_id, None)
         return members
 
+    def _member_silent(self, job_id: str, node: str) -> None:
+        """A poll found the node of a rank of ``job_id``'s gang silent: once it is lost, so is the gang."""
+        if self._silent(node) is not None:
+            with self._lock:
+                self._member_lost.setdefault(job_id, node)
+
+    def by_node(self, node: str, devices: Sequence[str]) -> dict[str, list[str]]:
+        """``devices`` grouped by the node each is on, ``node`` (the leader's) first; a device the last inventory
+        does not know counts as ``node``'s."""
+        where = self.backend.device_nodes()
+        groups: dict[str, list[str]] = {node: []}
+        for dev in devices:
+            groups.setdefault(where.get(dev, node), []).append(dev)
+        return groups
+
     def expect_ranks(self, job_id: str, node: str, devices: Sequence[str]) -> None:
         """Note the nodes a job adopted after a restart holds GPUs on (``node`` its leader's): a gang's
         members are then checked against them (:meth:`_settle_ranks`) rather than taken as found."""
-        where = self.backend.device_nodes() if devices else {}
-        if any(d not in where for d in devices):
+        if not set(devices) <= self.backend.device_nodes().keys():
             with contextlib.suppress(Exception):  # no inventory read yet (or a stale one): read it now
                 self.backend.inventory()
-            where = self.backend.device_nodes()
-        nodes = list(dict.fromkeys([node, *(where.get(d, node) for d in devices)]))
+        nodes = list(self.by_node(node, devices))
         if len(nodes) > 1:
             with self._lock:
                 if job_id not in self._members:
@@ -549,9 +560,7 @@ class RayExecutor:
         for m in members:
             if m.node not in snap:
                 still.append(m)  # on a silent node: counted as running until the node is lost, which loses the gang
-                if self._silent(m.node) is not None:
-                    with self._lock:
-                        self._member_lost.setdefault(leader.job_id, m.node)
+                self._member_silent(leader.job_id, m.node)
                 continue
             self._answered(m.node)
             if (m.pid, m.start_time) in snap[m.node].get(m.job_id, ()):
@@ -991,10 +1000,7 @@ class _NodeJobs:
                env_extra: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None) -> Launched:
         """Start the job on this node, or on each node its devices are on (raises ExecutorError, also when a
         node does not answer)."""
-        where = self.parent.backend.device_nodes()
-        by_node: dict[str, list[str]] = {self.node: []}
-        for dev in visible_devices:
-            by_node.setdefault(where.get(dev, self.node), []).append(dev)
+        by_node = self.parent.by_node(self.node, visible_devices)
         env, wd = dict(env_extra or {}), None if cwd is None else str(cwd)
         if len(by_node) > 1:
             return self.parent.start_gang(job_id, list(argv), by_node, env, wd)
